@@ -1,0 +1,191 @@
+#pragma once
+// Vendor portability layer, part 2: number formats. Device code carries 16-bit activations as raw
+// uint16_t bits and FP8 as raw bytes, so it needs neither cuda_fp16.h nor hip_fp16.h; every conversion is a
+// named function with one implementation per vendor and a bit-exact software fallback.
+//
+// Rounding is round-to-nearest-even everywhere. FP8 quantization saturates at the flavour's largest finite
+// value (+-inf included) and keeps NaN as NaN, like the reference's clamp followed by torch's conversion.
+#include "common/platform.cuh"
+
+namespace fp8dk {
+
+// ------------------------------------------------------------------ 16-bit activation formats
+
+struct Bf16 {
+  static FP8DK_DEVICE float to_float(uint16_t bits) { return uint_as_float(uint32_t(bits) << 16); }
+
+  static FP8DK_DEVICE uint16_t from_float(float f) {
+#if defined(FP8DK_NVIDIA)
+    uint16_t r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+#else
+    uint32_t u = float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // quiet the NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return uint16_t(u >> 16);
+#endif
+  }
+
+  // Two values packed in one 32-bit word, low half first (memory order).
+  static FP8DK_DEVICE void unpack2(uint32_t w, float& lo, float& hi) {
+    lo = uint_as_float(w << 16);
+    hi = uint_as_float(w & 0xffff0000u);
+  }
+
+  static FP8DK_DEVICE uint32_t pack2(float lo, float hi) {
+#if defined(FP8DK_NVIDIA)
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return uint32_t(from_float(lo)) | (uint32_t(from_float(hi)) << 16);
+#endif
+  }
+};
+
+struct Fp16 {
+  static FP8DK_DEVICE float to_float(uint16_t bits) {
+#if defined(FP8DK_NVIDIA)
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+#else
+    return float(__builtin_bit_cast(_Float16, bits));
+#endif
+  }
+
+  static FP8DK_DEVICE uint16_t from_float(float f) {
+#if defined(FP8DK_NVIDIA)
+    uint16_t r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+#else
+    return __builtin_bit_cast(uint16_t, static_cast<_Float16>(f));
+#endif
+  }
+
+  static FP8DK_DEVICE void unpack2(uint32_t w, float& lo, float& hi) {
+    lo = to_float(uint16_t(w & 0xffffu));
+    hi = to_float(uint16_t(w >> 16));
+  }
+
+  static FP8DK_DEVICE uint32_t pack2(float lo, float hi) {
+#if defined(FP8DK_NVIDIA)
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#else
+    return uint32_t(from_float(lo)) | (uint32_t(from_float(hi)) << 16);
+#endif
+  }
+};
+
+// ------------------------------------------------------------------ FP8 flavours
+
+// OCP e4m3fn (NVIDIA, gfx950): exponent bias 7, max 448 = 0x7e, NaN = 0x7f, has -0.
+struct E4m3fn {
+  static constexpr float kMax = 448.f;
+  static constexpr int kBias = 7;
+  static constexpr uint32_t kMaxBits = 0x7e;
+};
+
+// e4m3fnuz (gfx942 / MI300X): exponent bias 8, max 240 = 0x7f, NaN = 0x80, no -0.
+struct E4m3fnuz {
+  static constexpr float kMax = 240.f;
+  static constexpr int kBias = 8;
+  static constexpr uint32_t kMaxBits = 0x7f;
+};
+
+template <class F>
+constexpr bool kIsFnuz = F::kBias == 8;
+
+// Bit-exact software quantization of one float to an FP8 byte (saturating, RNE). Used where the device has
+// no instruction for the flavour: NVIDIA before sm_89, e4m3fnuz on NVIDIA, e4m3fn on gfx942.
+template <class F>
+FP8DK_DEVICE uint32_t quantize1_soft(float x) {
+  const uint32_t u = float_as_uint(x);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t mag = u & 0x7fffffffu;
+  if (mag > 0x7f800000u) return kIsFnuz<F> ? 0x80u : (sign | 0x7fu);  // NaN
+  const float ax = uint_as_float(mag);
+  if (ax >= F::kMax) return sign | F::kMaxBits;  // saturate, +-inf included
+  uint32_t bits;
+  // Smallest normal is 2^(1 - bias); below it the spacing is fixed at 2^(-2 - bias).
+  const float min_normal = uint_as_float(uint32_t(127 + 1 - F::kBias) << 23);
+  if (ax < min_normal) {
+    const float steps = ax * uint_as_float(uint32_t(127 + 2 + F::kBias) << 23);  // exact power-of-2 scale
+    bits = uint32_t(round_even(steps));  // RNE; 8 steps is the smallest normal, whose bits are 0x08
+  } else {
+    // Keep 3 mantissa bits of the fp32 pattern, rounding to nearest even; a carry bumps the exponent.
+    const uint32_t rounded = mag + 0x7ffffu + ((mag >> 20) & 1u);
+    bits = (((rounded >> 23) - 127u + uint32_t(F::kBias)) << 3) | ((rounded >> 20) & 7u);
+    if (bits > F::kMaxBits) bits = F::kMaxBits;
+  }
+  if (kIsFnuz<F> && bits == 0) return 0;  // fnuz has no -0
+  return sign | bits;
+}
+
+// Clamp to +-max keeping NaN (the hardware conversions on AMD do not saturate by themselves).
+template <class F>
+FP8DK_DEVICE float saturate_keep_nan(float x) {
+  const float c = fmin_(fmax_(x, -F::kMax), F::kMax);
+  return x != x ? x : c;
+}
+
+// Two values to two FP8 bytes (lo in the low byte), saturating, RNE.
+template <class F>
+FP8DK_DEVICE uint32_t quantize2(float lo, float hi) {
+#if defined(FP8DK_NV_FP8_CVT)
+  if constexpr (!kIsFnuz<F>) {
+    uint16_t r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+  }
+#elif defined(FP8DK_AMD_FP8_FNUZ) || defined(FP8DK_AMD_FP8_OCP)
+#if defined(FP8DK_AMD_FP8_FNUZ)
+  constexpr bool native = kIsFnuz<F>;
+#else
+  constexpr bool native = !kIsFnuz<F>;
+#endif
+  if constexpr (native) {
+    return uint32_t(__builtin_amdgcn_cvt_pk_fp8_f32(saturate_keep_nan<F>(lo), saturate_keep_nan<F>(hi), 0,
+                                                    false)) &
+           0xffffu;
+  }
+#endif
+  return quantize1_soft<F>(lo) | (quantize1_soft<F>(hi) << 8);
+}
+
+// Four values to four FP8 bytes in one word (first value in the low byte), saturating, RNE.
+template <class F>
+FP8DK_DEVICE uint32_t quantize4(float a, float b, float c, float d) {
+#if defined(FP8DK_AMD_FP8_FNUZ) || defined(FP8DK_AMD_FP8_OCP)
+#if defined(FP8DK_AMD_FP8_FNUZ)
+  constexpr bool native = kIsFnuz<F>;
+#else
+  constexpr bool native = !kIsFnuz<F>;
+#endif
+  if constexpr (native) {
+    // v_cvt_pk_fp8_f32 writes bytes 0-1 or, with word_sel, bytes 2-3 of the same register.
+    int w = __builtin_amdgcn_cvt_pk_fp8_f32(saturate_keep_nan<F>(a), saturate_keep_nan<F>(b), 0, false);
+    w = __builtin_amdgcn_cvt_pk_fp8_f32(saturate_keep_nan<F>(c), saturate_keep_nan<F>(d), w, true);
+    return uint32_t(w);
+  }
+#endif
+  return quantize2<F>(a, b) | (quantize2<F>(c, d) << 16);
+}
+
+// One FP8 byte to float (exact): software decode, used for tails and as the reference path.
+template <class F>
+FP8DK_DEVICE float dequantize1_soft(uint32_t byte) {
+  const uint32_t sign = (byte & 0x80u) << 24;
+  const uint32_t exp = (byte >> 3) & 0xfu, man = byte & 7u;
+  if (kIsFnuz<F> ? byte == 0x80u : (byte & 0x7fu) == 0x7fu) return uint_as_float(0x7fc00000u);  // NaN
+  if (exp == 0) {  // subnormal: man * 2^(-2 - bias)
+    return uint_as_float(sign | float_as_uint(float(man) * uint_as_float(uint32_t(127 - 2 - F::kBias) << 23)));
+  }
+  return uint_as_float(sign | ((exp + 127u - uint32_t(F::kBias)) << 23) | (man << 20));
+}
+
+}  // namespace fp8dk

@@ -1,0 +1,528 @@
+#pragma once
+// rms_norm and fused_add_rms_norm with optional static FP8 output: device code for NVIDIA and AMD from one
+// source (no torch includes; rmsnorm.cu validates, configures and launches).
+//
+// Numerics (reference.py, transformers' LlamaRMSNorm order), per row:
+//   fused:  r = In(x + residual), written back to residual       (x otherwise)
+//           inv = 1 / sqrt_rn(sum(r^2) / hidden + eps)          (fp32, correctly rounded operations)
+//           h = In(r * inv);  y = In(weight * h)                 (the 16-bit multiply)
+//           out = y, or FP8(y / scale)                           (saturating, round to nearest even)
+// Only the order of the fp32 sum of squares differs from the reference.
+//
+// Work layout. A row is cut into 16-byte "slots" of 8 values aligned to the input row's address: slot k holds
+// columns [8k - m, 8k - m + 8), m being how many elements the row start lies past a 16-byte boundary. Whole
+// slots move as single 128-bit accesses (FP8 out: 64-bit stores); the partial first slot (the peeled head)
+// and last slot (the tail) go element by element, so any hidden size and row stride work without a scalar
+// path for the whole row. The residual and out rows use vectors when they share the input row's
+// misalignment (contiguous rows of an odd hidden size do: each row starts at another offset, the same one in
+// every tensor), element by element otherwise; the weight likewise, per row.
+//
+// A group of `threads_per_row` (G) threads owns a row, each thread kSlots slots strided by G (lane k of the
+// group: slots k, k + G, ...), so every load instruction of a warp is contiguous.
+//   rms_norm_kernel<.., kAligned>  the row lives in registers between the sum of squares and the normalize
+//        pass; short rows: several groups (rows) per block, a shuffle reduction; long rows: one block per
+//        row, one block reduction. kAligned (the common case, checked by the launcher: hidden % 8 == 0 and
+//        every row of every tensor on a vector boundary): every slot is whole, no element-wise code, 4 slots
+//        per thread. Otherwise the general path above, 2 slots per thread.
+//   rms_norm_long_row_kernel       rows beyond what a block holds in registers: one block per row walks
+//        the row in chunks, keeping what fits in shared memory; the rest is re-read from global memory (L2).
+// Batch invariance: the reduction order depends on the hidden size and the input row's alignment, never on
+// the number of rows.
+#include "common/numerics.cuh"
+#include "common/reduce.cuh"
+#include "common/vec.cuh"
+
+namespace fp8dk {
+
+// What the launcher passes; pointers are raw bits (uint16_t for 16-bit values, bytes for FP8).
+struct RmsNormParams {
+  const uint16_t* input;  // [rows, hidden], rows `input_stride` elements apart
+  uint16_t* residual;     // fused_add_rms_norm: [rows, hidden] contiguous, updated in place; else nullptr
+  void* out;              // [rows, hidden], rows `out_stride` elements apart; input dtype or FP8
+  const uint16_t* weight;  // [hidden]
+  const float* scale;      // FP8 out: one fp32 on the device (read here: no host sync, graph-safe)
+  int64_t rows;
+  int64_t input_stride;
+  int64_t out_stride;
+  int hidden;
+  float eps;
+  int threads_per_row;  // G: a power of two up to the warp size, or the whole block (one row per block)
+  int group_shift;      // threadIdx.x >> group_shift = the block's row; lane = threadIdx.x & lane_mask
+  int lane_mask;
+  int rows_per_block;
+  int staged_slots;  // long-row kernel: slots kept in dynamic shared memory
+};
+
+namespace rmsnorm {
+
+constexpr int kSlotElems = 8;  // one 16-byte vector of 16-bit values
+constexpr int kMaxThreads = 1024;
+// Slots per thread. Aligned rows: 4, i.e. 64 bytes per thread per input stream in flight (enough to cover
+// DRAM latency with ~1k threads per SM) within the 64 registers a 1024-thread block allows. The general path
+// spends registers on element-wise head/tail code, so it holds 2.
+template <bool kAligned>
+constexpr int kSlotsPerThread = kAligned ? 4 : 2;
+// Largest row the register kernel takes: one block of kMaxThreads threads.
+template <bool kAligned>
+constexpr int kMaxRegisterSlots = kSlotsPerThread<kAligned> * kMaxThreads;
+
+// ------------------------------------------------------------------ formats
+
+template <class T>
+struct OutStorage {  // FP8 flavours: one byte per element
+  using type = uint8_t;
+};
+template <>
+struct OutStorage<Fp16> {
+  using type = uint16_t;
+};
+template <>
+struct OutStorage<Bf16> {
+  using type = uint16_t;
+};
+template <class Out>
+constexpr bool kFp8Out = sizeof(typename OutStorage<Out>::type) == 1;
+
+template <class In>
+struct IsBf16 {
+  static constexpr bool value = false;
+};
+template <>
+struct IsBf16<Bf16> {
+  static constexpr bool value = true;
+};
+
+// ------------------------------------------------------------------ scalar and packed arithmetic
+
+FP8DK_DEVICE float fma_(float a, float b, float c) {
+#if defined(FP8DK_AMD)
+  return __builtin_fmaf(a, b, c);
+#else
+  return __fmaf_rn(a, b, c);
+#endif
+}
+
+// Correctly rounded a / b and 1 / x: the reference divides (mean, then 1 / sqrt) on the CPU in IEEE fp32.
+// HIP compiles fp32 division correctly rounded by default (-fhip-fp32-correctly-rounded-divide-sqrt);
+// the NVIDIA intrinsics are correctly rounded whatever the flags (even --use_fast_math).
+FP8DK_DEVICE float div_rn(float a, float b) {
+#if defined(FP8DK_AMD)
+  return a / b;
+#else
+  return __fdiv_rn(a, b);
+#endif
+}
+
+FP8DK_DEVICE float rcp_rn(float x) {
+#if defined(FP8DK_AMD)
+  return 1.f / x;
+#else
+  return __frcp_rn(x);
+#endif
+}
+
+#if defined(FP8DK_AMD)
+typedef _Float16 f16x2_t __attribute__((ext_vector_type(2)));
+#endif
+
+// In(a + b) on two packed pairs. The exact sum rounded once equals the reference's fp32 add then rounding:
+// double rounding through fp32 is innocuous when 24 >= 2p + 2 (p = 11 for fp16, 8 for bf16).
+template <class In>
+FP8DK_DEVICE uint32_t add2(uint32_t a, uint32_t b) {
+#if defined(FP8DK_NVIDIA)
+  uint32_t r;
+  if constexpr (IsBf16<In>::value) {
+#if __CUDA_ARCH__ >= 900
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+#else
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3f803f80u), "r"(b));  // a * 1 + b
+#endif
+  } else {
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+#else
+  if constexpr (IsBf16<In>::value) {  // gfx942 has no packed bf16 add
+    float alo, ahi, blo, bhi;
+    In::unpack2(a, alo, ahi);
+    In::unpack2(b, blo, bhi);
+    return In::pack2(alo + blo, ahi + bhi);
+  } else {
+    return __builtin_bit_cast(uint32_t, __builtin_bit_cast(f16x2_t, a) + __builtin_bit_cast(f16x2_t, b));
+  }
+#endif
+}
+
+// In(a * b) on two packed pairs: the product of two 16-bit values is exact in fp32, so the correctly rounded
+// 16-bit multiply is the reference's fp32 multiply then rounding.
+template <class In>
+FP8DK_DEVICE uint32_t mul2(uint32_t a, uint32_t b) {
+#if defined(FP8DK_NVIDIA)
+  uint32_t r;
+  if constexpr (IsBf16<In>::value) {
+#if __CUDA_ARCH__ >= 900
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+#else
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));  // a * b + -0
+#endif
+  } else {
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+#else
+  if constexpr (IsBf16<In>::value) {
+    float alo, ahi, blo, bhi;
+    In::unpack2(a, alo, ahi);
+    In::unpack2(b, blo, bhi);
+    return In::pack2(alo * blo, ahi * bhi);
+  } else {
+    return __builtin_bit_cast(uint32_t, __builtin_bit_cast(f16x2_t, a) * __builtin_bit_cast(f16x2_t, b));
+  }
+#endif
+}
+
+// ------------------------------------------------------------------ slots
+
+// How a stream is read: once (input of the register kernel), kept in cache (weight; input re-read by the
+// long-row kernel), or written by this kernel too (residual: no non-coherent path).
+enum class Access { kStream, kCached, kWritten };
+
+template <Access A>
+FP8DK_DEVICE Pack<16> load16(const void* p) {
+  if constexpr (A == Access::kStream) return load_nt<16>(p);
+  else if constexpr (A == Access::kCached) return load_ro<16>(p);
+  else return load<16>(p);
+}
+
+// Columns [c0, c0 + 8) of a 16-bit row, zero outside [0, cols). `vector`: the slot is whole and 16-byte
+// aligned in this stream: one 128-bit load. Otherwise, on the general path, element by element; on the
+// aligned path a slot that is not whole is past the row's end (or the row is padding) and stays zero.
+template <Access A, bool kAligned>
+FP8DK_DEVICE Pack<16> load_slot(const uint16_t* row, int c0, int cols, bool vector) {
+  if (vector) return load16<A>(row + c0);
+  Pack<16> v;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v.w[i] = 0;
+  if constexpr (!kAligned) {
+#pragma unroll
+    for (int i = 0; i < kSlotElems; ++i) {
+      const int c = c0 + i;
+      if (c >= 0 && c < cols) v.w[i / 2] |= uint32_t(row[c]) << (16 * (i % 2));
+    }
+  }
+  return v;
+}
+
+template <bool kAligned>
+FP8DK_DEVICE void store_slot(uint16_t* row, int c0, int cols, bool vector, const Pack<16>& v) {
+  if (vector) return store<16>(row + c0, v);
+  if constexpr (!kAligned) {
+#pragma unroll
+    for (int i = 0; i < kSlotElems; ++i) {
+      const int c = c0 + i;
+      if (c >= 0 && c < cols) row[c] = uint16_t(v.w[i / 2] >> (16 * (i % 2)));
+    }
+  }
+}
+
+template <bool kAligned>
+FP8DK_DEVICE void store_slot(uint8_t* row, int c0, int cols, bool vector, const Pack<8>& v) {
+  if (vector) return store<8>(row + c0, v);
+  if constexpr (!kAligned) {
+#pragma unroll
+    for (int i = 0; i < kSlotElems; ++i) {
+      const int c = c0 + i;
+      if (c >= 0 && c < cols) row[c] = uint8_t(v.w[i / 4] >> (8 * (i % 4)));
+    }
+  }
+}
+
+// Elements a pointer lies past an 8-element boundary (16 bytes of 16-bit values, 8 bytes of FP8).
+template <class T>
+FP8DK_DEVICE int misalignment(const T* p) {
+  return int(reinterpret_cast<uintptr_t>(p) / sizeof(T)) & (kSlotElems - 1);
+}
+
+// One row as a thread sees it: pointers, the input row's misalignment and which streams can use vectors.
+// kAligned: the launcher checked that every row of every stream starts on a vector boundary and that the
+// hidden size is a multiple of 8, so every slot is whole (or past the end) and moves as one vector.
+template <class In_, class Out_, bool kResidual_, bool kAligned_>
+struct Row {
+  using In = In_;
+  using Out = Out_;
+  using OutT = typename OutStorage<Out>::type;
+  static constexpr bool kResidual = kResidual_;
+  static constexpr bool kAligned = kAligned_;
+  static constexpr int kSlots = kSlotsPerThread<kAligned>;
+
+  const uint16_t* in;
+  uint16_t* res;
+  OutT* out;
+  const uint16_t* weight;
+  int cols;  // hidden, or 0 for a group past the last row: it then loads and stores nothing
+  int head;  // m: slot k starts at column 8k - m
+  bool res_vector, out_vector, weight_vector;
+
+  FP8DK_DEVICE Row(const RmsNormParams& p, int64_t row) {
+    const bool valid = row < p.rows;
+    const int64_t r = valid ? row : 0;
+    in = p.input + r * p.input_stride;
+    res = kResidual ? p.residual + r * p.hidden : nullptr;
+    out = static_cast<OutT*>(p.out) + r * p.out_stride;
+    weight = p.weight;
+    cols = valid ? p.hidden : 0;
+    head = kAligned ? 0 : misalignment(in);
+    res_vector = kAligned || misalignment(res) == head;
+    out_vector = kAligned || misalignment(out) == head;
+    weight_vector = kAligned || misalignment(weight) == head;
+  }
+
+  FP8DK_DEVICE int slots() const { return (cols + head + kSlotElems - 1) / kSlotElems; }
+  FP8DK_DEVICE int first_column(int slot) const { return slot * kSlotElems - head; }
+  FP8DK_DEVICE bool whole(int slot) const {
+    const int c0 = first_column(slot);
+    return kAligned ? c0 < cols : c0 >= 0 && c0 + kSlotElems <= cols;
+  }
+};
+
+// Loads slots slot0 + j * stride (j < R::kSlots) of the row into v: x, or for the fused op r = x + residual,
+// written back to the residual. Every load is issued before the first add, so a thread has all its bytes in
+// flight at once.
+template <Access kInput, class R>
+FP8DK_DEVICE void load_row(const R& row, int slot0, int stride, Pack<16> (&v)[R::kSlots]) {
+#pragma unroll
+  for (int j = 0; j < R::kSlots; ++j) {
+    const int k = slot0 + j * stride;
+    v[j] = load_slot<kInput, R::kAligned>(row.in, row.first_column(k), row.cols, row.whole(k));
+  }
+  if constexpr (R::kResidual) {
+    Pack<16> res[R::kSlots];
+#pragma unroll
+    for (int j = 0; j < R::kSlots; ++j) {
+      const int k = slot0 + j * stride;
+      res[j] = load_slot<Access::kWritten, R::kAligned>(row.res, row.first_column(k), row.cols,
+                                                        row.whole(k) && row.res_vector);
+    }
+#pragma unroll
+    for (int j = 0; j < R::kSlots; ++j) {
+      const int k = slot0 + j * stride;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[j].w[i] = add2<typename R::In>(v[j].w[i], res[j].w[i]);
+      store_slot<R::kAligned>(row.res, row.first_column(k), row.cols, row.whole(k) && row.res_vector, v[j]);
+    }
+  }
+}
+
+template <class R>
+FP8DK_DEVICE void load_weight(const R& row, int slot0, int stride, Pack<16> (&w)[R::kSlots]) {
+#pragma unroll
+  for (int j = 0; j < R::kSlots; ++j) {
+    const int k = slot0 + j * stride;
+    w[j] = load_slot<Access::kCached, R::kAligned>(row.weight, row.first_column(k), row.cols,
+                                                   row.whole(k) && row.weight_vector);
+  }
+}
+
+// Sum of squares of n slots: one fp32 chain per slot, then a pairwise sum (short dependency chains).
+template <class In, int N>
+FP8DK_DEVICE float sum_squares(const Pack<16> (&v)[N]) {
+  float part[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float lo, hi;
+      In::unpack2(v[j].w[i], lo, hi);
+      s = fma_(lo, lo, s);
+      s = fma_(hi, hi, s);
+    }
+    part[j] = s;
+  }
+#pragma unroll
+  for (int width = N / 2; width > 0; width /= 2) {
+#pragma unroll
+    for (int j = 0; j < width; ++j) part[j] += part[j + width];
+  }
+  return part[0];
+}
+
+// Hides the values of v from the optimizer at this point. Placed after the reduction, it stops the compiler
+// from keeping the fp32 unpacking of the sum of squares alive for the normalize pass: the row then waits in
+// its packed 16-bit form (half the registers) and is unpacked again, a cheap conversion per element.
+template <int N>
+FP8DK_DEVICE void keep_packed(Pack<16> (&v)[N]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#if defined(FP8DK_AMD)
+      asm volatile("" : "+v"(v[j].w[i]));  // "v": a vector register ("r" is a scalar one on AMDGPU)
+#else
+      asm volatile("" : "+r"(v[j].w[i]));
+#endif
+    }
+  }
+}
+
+// Sum over the `group` consecutive lanes that share a row (a power of two up to the warp size). The branch is
+// uniform across the warp, so every lane takes part in each shuffle.
+FP8DK_DEVICE float group_sum(float v, int group) {
+#pragma unroll
+  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) {
+    if (mask < group) v += shfl_xor(v, mask);
+  }
+  return v;
+}
+
+FP8DK_DEVICE float inv_rms(float sum_sq, int hidden, float eps) {
+  return rcp_rn(sqrt_rn(div_rn(sum_sq, float(hidden)) + eps));
+}
+
+FP8DK_DEVICE bool is_finite(float x) {
+#if defined(FP8DK_AMD)
+  return __builtin_isfinite(x);
+#else
+  return isfinite(x);
+#endif
+}
+
+FP8DK_DEVICE float copysign_(float magnitude, float sign) {
+#if defined(FP8DK_AMD)
+  return __builtin_copysignf(magnitude, sign);
+#else
+  return copysignf(magnitude, sign);
+#endif
+}
+
+// The static scale, read once per thread, and y / scale rounded like the reference's division. y times the
+// correctly rounded reciprocal r is within an ulp of the quotient, but not enough: a 16-bit value divided by
+// a scale derived from another 16-bit value (amax / 448, say) often lands exactly on an FP8 rounding tie,
+// which that ulp pushes to either side. One Markstein step fixes it: the remainder y - q * scale is exact in
+// an FMA, and q + remainder * r rounds to the correctly rounded quotient (checked against IEEE division for
+// every 16-bit y and thousands of scales: equal wherever FP8 can tell the quotient from zero; only bf16
+// quotients below 2^-12, whose remainder underflows, may differ). The step would turn -0 into +0, a
+// different e4m3fn byte, hence the copysign. An infinite or NaN
+// first guess (a huge quotient, a zero scale, a NaN) is kept: it saturates or stays NaN like the reference's.
+template <class Out>
+struct Scale {
+  float value = 0.f, rcp = 0.f;
+
+  FP8DK_DEVICE explicit Scale(const float* scale) {
+    if constexpr (kFp8Out<Out>) {
+      value = *scale;
+      rcp = rcp_rn(value);
+    }
+  }
+
+  FP8DK_DEVICE float divide(float y) const {
+    const float q = y * rcp;
+    const float corrected = fma_(fma_(-q, value, y), rcp, q);
+    return is_finite(q) ? copysign_(corrected, q) : q;
+  }
+};
+
+// y = In(weight * In(r * inv)) for slot k, stored as the input dtype or quantized to FP8.
+template <class R>
+FP8DK_DEVICE void normalize_store(const R& row, int k, const Pack<16>& r, const Pack<16>& w, float inv,
+                                  const Scale<typename R::Out>& scale) {
+  using In = typename R::In;
+  Pack<16> y;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float lo, hi;
+    In::unpack2(r.w[i], lo, hi);
+    y.w[i] = mul2<In>(w.w[i], In::pack2(lo * inv, hi * inv));
+  }
+  const bool vector = row.whole(k) && row.out_vector;
+  if constexpr (kFp8Out<typename R::Out>) {
+    Pack<8> q;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float a, b, c, d;
+      In::unpack2(y.w[2 * i], a, b);
+      In::unpack2(y.w[2 * i + 1], c, d);
+      q.w[i] = quantize4<typename R::Out>(scale.divide(a), scale.divide(b), scale.divide(c), scale.divide(d));
+    }
+    store_slot<R::kAligned>(row.out, row.first_column(k), row.cols, vector, q);
+  } else {
+    store_slot<R::kAligned>(row.out, row.first_column(k), row.cols, vector, y);
+  }
+}
+
+}  // namespace rmsnorm
+
+// Rows of up to kMaxRegisterSlots slots: the row stays in registers from load to store. Rows map to groups of
+// p.threads_per_row lanes: several per block for short rows, one block per row for long ones.
+template <class In, class Out, bool kResidual, bool kAligned>
+__global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const RmsNormParams p) {
+  using namespace rmsnorm;
+  using R = Row<In, Out, kResidual, kAligned>;
+  __shared__ float scratch[kMaxWarps];
+  const Scale<Out> scale(p.scale);
+  const int lane = threadIdx.x & p.lane_mask;
+  const R row(p, int64_t(blockIdx.x) * p.rows_per_block + (threadIdx.x >> p.group_shift));
+
+  Pack<16> v[R::kSlots], w[R::kSlots];
+  load_row<Access::kStream>(row, lane, p.threads_per_row, v);
+  const float sum = sum_squares<In>(v);
+  const float total = p.threads_per_row > kWarpSize ? block_sum(sum, scratch) : group_sum(sum, p.threads_per_row);
+  // The weight (an L2 hit: every row reads it) is loaded after the reduction, its latency overlapping the
+  // inv computation: loaded earlier, the compiler hoists it above the residual stores and the x, residual
+  // and weight registers together exceed the 64 a 1024-thread block allows.
+  load_weight(row, lane, p.threads_per_row, w);
+  keep_packed(v);
+  const float inv = inv_rms(total, p.hidden, p.eps);
+#pragma unroll
+  for (int j = 0; j < R::kSlots; ++j) normalize_store(row, lane + j * p.threads_per_row, v[j], w[j], inv, scale);
+}
+
+// Rows longer than a block holds in registers (any alignment): one block per row, which walks it in chunks
+// of kSlots slots per thread. The first pass keeps r in dynamic shared memory (p.staged_slots slots, what the
+// device allows); the second pass reads it back, or re-reads the slots beyond that from global memory: the
+// residual this thread just wrote, or the input. Each thread only reads back its own slots, so the staging
+// needs no barrier.
+template <class In, class Out, bool kResidual>
+__global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel(const RmsNormParams p) {
+  using namespace rmsnorm;
+  using R = Row<In, Out, kResidual, false>;
+  extern __shared__ Pack<16> staged[];
+  __shared__ float scratch[kMaxWarps];
+  const Scale<Out> scale(p.scale);
+  const R row(p, blockIdx.x);
+  const int threads = blockDim.x, chunk = threads * R::kSlots;
+
+  float sum = 0.f;
+  for (int slot0 = threadIdx.x; slot0 < row.slots(); slot0 += chunk) {
+    Pack<16> v[R::kSlots];
+    load_row<Access::kCached>(row, slot0, threads, v);
+    sum += sum_squares<In>(v);
+#pragma unroll
+    for (int j = 0; j < R::kSlots; ++j) {
+      const int k = slot0 + j * threads;
+      if (k < p.staged_slots) staged[k] = v[j];
+    }
+  }
+  const float inv = inv_rms(block_sum(sum, scratch), p.hidden, p.eps);
+
+  for (int slot0 = threadIdx.x; slot0 < row.slots(); slot0 += chunk) {
+    Pack<16> v[R::kSlots], w[R::kSlots];
+#pragma unroll
+    for (int j = 0; j < R::kSlots; ++j) {
+      const int k = slot0 + j * threads;
+      if (k < p.staged_slots) {
+        v[j] = staged[k];
+      } else if constexpr (kResidual) {
+        v[j] = load_slot<Access::kWritten, false>(row.res, row.first_column(k), row.cols,
+                                                  row.whole(k) && row.res_vector);
+      } else {
+        v[j] = load_slot<Access::kCached, false>(row.in, row.first_column(k), row.cols, row.whole(k));
+      }
+    }
+    load_weight(row, slot0, threads, w);
+#pragma unroll
+    for (int j = 0; j < R::kSlots; ++j) normalize_store(row, slot0 + j * threads, v[j], w[j], inv, scale);
+  }
+}
+
+}  // namespace fp8dk

@@ -1,0 +1,131 @@
+// CUDA/ROCm skinny_gemm (torch-ext/torch_binding.h): validates, picks the tiling (skinny_gemm_plan.cuh) and
+// launches skinny_gemm_kernel. Environment overrides, read on every call (tuning and tests):
+//   FP8DK_SKINNY_BLOCK_N  weight rows per CTA: 16 * RB * WN with WN a power of two <= warps per CTA
+//                         (RB = 1 for M <= 16, 2 above), i.e. 16..128 (M <= 16) or 32..256 (M > 16) on NVIDIA
+//   FP8DK_SKINNY_SPLIT_K  CTAs per tile along K (>= 1; capped at one K-block per CTA)
+// Split-K CTAs of a tile meet through a thread-block cluster on sm_90+ when split_k <= 8 (no workspace, no
+// memset node in a CUDA graph), otherwise through a workspace + counters zeroed on the stream.
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <cstdlib>
+
+#include "common/checks.h"
+#include "common/device_info.h"
+#include "skinny_gemm_launch.cuh"  // beside the .cu, so that hipify converts it too
+#include "torch-ext/torch_binding.h"
+
+namespace {
+
+using namespace fp8dk::skinny;
+
+// A positive integer from the environment, or 0 when the variable is unset or empty.
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  TORCH_CHECK(*end == '\0' && x > 0 && x <= (1 << 20), "skinny_gemm: ", name, " must be a positive integer, got '",
+              v, "'");
+  return static_cast<int>(x);
+}
+
+int largest_access(const void* p, long long row_stride_bytes, int elem_bytes) {
+  for (int w : {16, 8})
+    if (fp8dk::is_aligned(p, w) && row_stride_bytes % w == 0) return w;
+  return elem_bytes;
+}
+Launch plan_launch(const fp8dk::SkinnyGemmShape& s, const at::Tensor& b) {
+  const int eb = s.fp8 ? 1 : 2;
+  const Shape shape{static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), eb};
+  const int sms = fp8dk::multiprocessor_count();
+  const int mp = padded_m(shape.m), rb = row_blocks(mp), rows_per_warp = kRowBlock * rb;
+  const int lb = largest_access(b.data_ptr(), s.b_row_stride * eb, eb);
+
+  int wn = default_wn(shape, sms);
+  if (const int block_n = env_int("FP8DK_SKINNY_BLOCK_N")) {
+    wn = block_n / rows_per_warp;
+    TORCH_CHECK(block_n % rows_per_warp == 0 && wn >= 1 && wn <= kWarps && (wn & (wn - 1)) == 0, "skinny_gemm: ",
+                "FP8DK_SKINNY_BLOCK_N must be ", rows_per_warp, " times a power of two <= ", kWarps, " for M = ",
+                s.m, ", got ", block_n);
+  }
+  int split_k = default_split_k(shape, wn, lb, sms);
+  if (const int forced = env_int("FP8DK_SKINNY_SPLIT_K")) {
+    const int most = max_split_k(shape, wn, lb);
+    split_k = forced < most ? forced : most;
+  }
+  if (shape.k == 0) split_k = 1;
+
+  Launch l;
+  Plan& p = l.plan;
+  p.m = shape.m, p.n = shape.n, p.k = shape.k;
+  p.a_stride = s.a_row_stride, p.b_stride = s.b_row_stride, p.out_stride = s.out_row_stride;
+  p.wn = wn, p.wk = kWarps / wn;
+  p.block_n = rows_per_warp * wn;
+  p.split_k = split_k;
+  p.sub_iters = ceil_div(shape.k, sub_iter_elems(eb));
+  p.block_elems = p.wk * iters_per_block(rb, lb) * sub_iter_elems(eb);
+  p.chunk_shift = 0;
+  while ((kChunkBytes / eb) << (p.chunk_shift + 1) <= p.block_elems) ++p.chunk_shift;
+  p.act_buf_bytes = shape.m * act_pitch(p.block_elems, 2);  // staged as 16-bit at most
+
+  const int stage_chunks = ceil_div(static_cast<long long>(shape.m) * p.block_elems * eb / kChunkBytes, kThreads);
+  TORCH_CHECK(stage_chunks <= kMaxStageChunks, "skinny_gemm: FP8DK_SKINNY_BLOCK_N = ", p.block_n,
+              " is too narrow for M = ", s.m, " (activation staging exceeds ", kMaxStageChunks,
+              " chunks per thread); use a larger block");
+  l.grid = dim3(ceil_div(shape.n, p.block_n), split_k);
+  l.smem = smem_bytes(p.act_buf_bytes, p.wk, mp, p.block_n);
+  TORCH_CHECK(l.smem <= fp8dk::max_shared_memory_per_block(), "skinny_gemm: the tiling needs ", l.smem,
+              " bytes of shared memory, more than the device offers");
+  l.mp = mp;
+  l.b_access = lb;
+  return l;
+}
+
+}  // namespace
+
+void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
+                 const std::optional<torch::Tensor>& scale_a, const std::optional<torch::Tensor>& scale_b,
+                 const std::optional<torch::Tensor>& bias) {
+  constexpr const char* op = "skinny_gemm";
+  const fp8dk::SkinnyGemmShape s = fp8dk::check_skinny_gemm_args(out, a, b, scale_a, scale_b, bias, op);
+  TORCH_CHECK(a.is_cuda(), op, ": input must be a CUDA tensor");
+  const c10::cuda::OptionalCUDAGuard guard(a.device());
+  if (s.m == 0 || s.n == 0) return;
+  TORCH_CHECK(s.n < (1LL << 31) && s.k < (1LL << 30), op, ": N must be < 2^31 and K < 2^30, got N = ", s.n,
+              ", K = ", s.k);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+
+  // The kernel reads rows of `a` as 16-byte chunks. `a` is at most 32 x K: a view whose rows are not 16-byte
+  // aligned (rare: odd strides, offset views) is copied first into a row-padded buffer, on the stream.
+  const int eb = s.fp8 ? 1 : 2;
+  at::Tensor a_rows = a;
+  if (!fp8dk::is_aligned(a.data_ptr(), 16) || (s.a_row_stride * eb) % 16 != 0) {
+    const int64_t per_chunk = 16 / eb;
+    a_rows = at::empty({s.m, (s.k + per_chunk - 1) / per_chunk * per_chunk}, a.options()).narrow(1, 0, s.k);
+    a_rows.copy_(a);
+  }
+  fp8dk::SkinnyGemmShape shape = s;
+  shape.a_row_stride = a_rows.stride(0);
+  const Launch l = plan_launch(shape, b);
+
+  Args x;
+  x.a = static_cast<const unsigned char*>(a_rows.data_ptr());
+  x.b = static_cast<const unsigned char*>(b.data_ptr());
+  x.out = static_cast<uint16_t*>(out.data_ptr());
+  x.bias = bias ? static_cast<const uint16_t*>(bias->data_ptr()) : nullptr;
+  x.scale_a = s.fp8 ? scale_a->data_ptr<float>() : nullptr;
+  x.scale_b = s.fp8 ? scale_b->data_ptr<float>() : nullptr;
+  const Call c{l, x, a, env_int("FP8DK_SKINNY_SPLIT_K") > 0, stream};
+
+  switch (a.scalar_type()) {
+    case at::kFloat8_e4m3fn:
+      return launch_e4m3fn(out.scalar_type(), c);
+    case at::kFloat8_e4m3fnuz:
+      return launch_e4m3fnuz(out.scalar_type(), c);
+    case at::kHalf:
+      return launch_fp16(c);
+    default:
+      return launch_bf16(c);
+  }
+}

@@ -1,0 +1,8 @@
+// The skinny GEMM kernels for bf16 operands (see skinny_gemm_launch.cuh for why they have a file of their own).
+#include "skinny_gemm_launch.cuh"  // beside the .cu, so that hipify converts it too
+
+namespace fp8dk::skinny {
+
+void launch_bf16(const Call& c) { dispatch_m<fp8dk::Bf16, fp8dk::Bf16>(c); }
+
+}  // namespace fp8dk::skinny

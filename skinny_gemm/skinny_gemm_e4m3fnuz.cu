@@ -1,0 +1,8 @@
+// The skinny GEMM kernels for e4m3fnuz operands (see skinny_gemm_launch.cuh for why they have a file of their own).
+#include "skinny_gemm_launch.cuh"  // beside the .cu, so that hipify converts it too
+
+namespace fp8dk::skinny {
+
+void launch_e4m3fnuz(at::ScalarType out, const Call& c) { dispatch_out<fp8dk::E4m3fnuz>(out, c); }
+
+}  // namespace fp8dk::skinny

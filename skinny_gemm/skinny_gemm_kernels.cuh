@@ -1,0 +1,210 @@
+#pragma once
+// Skinny GEMM for decode: out[M, N] = (a[M, K] @ b[N, K]^T) * scale_a * scale_b (+ bias), M <= 32, fp32
+// accumulation, one rounding to fp16/bf16. Memory-bound: the kernel streams the weight b once, at HBM speed.
+//
+//   skinny_gemm_plan.cuh        tiling shared by both vendors + the launch heuristic
+//   skinny_gemm_load.cuh        operand formats, 16-byte chunk loads (aligned / narrow / masked at K)
+//   skinny_gemm_fp8_unpack.cuh  exact FP8 -> f16 for 16-bit matrix units
+//   skinny_gemm_mma_nv.cuh      NVIDIA warp micro-kernel (mma.sync m16n8k16)
+//   skinny_gemm_mfma_amd.cuh    AMD wave micro-kernel (MFMA fp8 / 2:4-sparse SMFMAC / f16 / bf16)
+//   skinny_gemm_reduce.cuh      deterministic split-K reduction + epilogue
+//
+// One CTA = WN x WK warps on a tile of BN weight rows and one K-slice (skinny_gemm_plan.cuh). Per K-block:
+//   1. every warp issues the loads of its next stage of weight chunks (registers, double-buffered) and every
+//      thread the loads of its share of the next block's activations;
+//   2. the warps multiply the current stage against the staged activations of the current block;
+//   3. the next block's activations are converted and written to the other shared-memory buffer; one barrier.
+// So a warp always has the next stage of weights in flight while it computes, and the only barrier per block
+// also publishes the next block's activations.
+#include "skinny_gemm/skinny_gemm_load.cuh"
+#include "skinny_gemm/skinny_gemm_plan.cuh"
+#include "skinny_gemm/skinny_gemm_reduce.cuh"
+#if defined(FP8DK_AMD)
+#include "skinny_gemm/skinny_gemm_mfma_amd.cuh"
+#define FP8DK_SKINNY_LAUNCH_BOUNDS(AB, MP) __launch_bounds__(::fp8dk::skinny::kThreads)
+#else
+#include "skinny_gemm/skinny_gemm_mma_nv.cuh"
+#define FP8DK_SKINNY_LAUNCH_BOUNDS(AB, MP) \
+  __launch_bounds__(::fp8dk::skinny::kThreads, ::fp8dk::skinny::WarpMma<AB, MP>::kCtasPerSm)
+#endif
+
+namespace fp8dk {
+namespace skinny {
+
+// The activations of one K-block, [m][block_elems] of `a`, through registers into shared memory. Thread i
+// handles chunks i, i + kThreads, ... (chunk = 16 source bytes of one token row).
+template <class Ab, class Mma>
+struct ActStager {
+  static constexpr int kV = kChunkElems<Ab>;
+  static constexpr int kEb = Operand<Ab>::kBytes;
+  Chunk c[kMaxStageChunks];
+
+  // Block elements [k0, k0 + block_elems) (rows of `a` are 16-byte aligned); elements at or past k_end are
+  // zero. kWhole: k_end is a multiple of the chunk and >= one chunk, so a chunk lies entirely before or after
+  // it; then the loads are unconditional (clamped addresses, zeros selected afterwards): no branch between
+  // them and the weight loads (see step() in the kernel).
+  template <bool kWhole>
+  FP8DK_DEVICE void load(const unsigned char* a, const Plan& p, int k0, int k_end) {
+    const int total = p.m << p.chunk_shift, mask = (1 << p.chunk_shift) - 1;
+#pragma unroll
+    for (int r = 0; r < kMaxStageChunks; ++r) {
+      const int i = threadIdx.x + r * kThreads;
+      const int k = k0 + (i & mask) * kV;
+      if constexpr (kWhole) {
+        const int row = i < total ? i >> p.chunk_shift : 0;
+        const Chunk v = load_ro<16>(a + (row * p.a_stride + (k < k_end ? k : k_end - kV)) * kEb);
+        c[r] = k < k_end ? v : Chunk{};
+      } else if (i < total) {
+        const unsigned char* src = a + ((i >> p.chunk_shift) * p.a_stride + k) * kEb;
+        c[r] = k_end - k >= kV ? load_ro<16>(src) : load_chunk_masked<Ab>(src, k_end - k);
+      }
+    }
+  }
+
+  FP8DK_DEVICE void store(unsigned char* buf, int pitch, const Plan& p) const {
+    const int total = p.m << p.chunk_shift, mask = (1 << p.chunk_shift) - 1;
+#pragma unroll
+    for (int r = 0; r < kMaxStageChunks; ++r) {
+      const int i = threadIdx.x + r * kThreads;
+      if (i < total) Mma::stage_chunk(buf, pitch, i >> p.chunk_shift, (i & mask) * kV, c[r]);
+    }
+  }
+};
+
+// a: [m, k] (row stride p.a_stride), b: [n, k] (p.b_stride), out: [m, n] (p.out_stride), bias: [n] or null;
+// FP8: scale_a/scale_b one float each, read here (no host sync). Grid (tiles, split_k), kThreads threads,
+// smem_bytes() of dynamic shared memory; with p.cluster, clusters of (1, split_k, 1); otherwise, when
+// split_k > 1, ws [split_k, m, n] fp32 and counters [tiles] zeroed. LB: access width for b (16, 8, or the
+// element size when rows are not 8-byte aligned).
+template <class Ab, class Out, int MP, int LB>
+__global__ void FP8DK_SKINNY_LAUNCH_BOUNDS(Ab, MP)
+    skinny_gemm_kernel(const unsigned char* __restrict__ a, const unsigned char* __restrict__ b,
+                       uint16_t* __restrict__ out, const uint16_t* __restrict__ bias,
+                       const float* __restrict__ scale_a, const float* __restrict__ scale_b, float* ws,
+                       unsigned* counters, const Plan p) {
+  using Mma = WarpMma<Ab, MP>;
+  constexpr int kRB = Mma::kRB, kIPB = iters_per_block(kRB, LB), kEb = Operand<Ab>::kBytes;
+  constexpr int kSI = sub_iter_elems(kEb);
+  using Stage = Chunk[kIPB][kRB][kRowsPerLane];
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const buf0 = smem;
+  unsigned char* const buf1 = smem + p.act_buf_bytes;
+
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int wn = warp % p.wn, wk = warp / p.wn;
+  const int n0 = blockIdx.x * p.block_n, slice = blockIdx.y;
+  // This CTA's sub-iterations [si_begin, si_end); the main loop runs the whole ones, [si_begin, si_full).
+  const int si_begin = static_cast<int>(static_cast<long long>(slice) * p.sub_iters / p.split_k);
+  const int si_end = static_cast<int>(static_cast<long long>(slice + 1) * p.sub_iters / p.split_k);
+  const int si_full = si_end < p.k / kSI ? si_end : p.k / kSI;
+  const int per_block = p.wk * kIPB;
+  const int blocks = si_full > si_begin ? (si_full - si_begin + per_block - 1) / per_block : 0;
+  const int pitch = act_pitch(p.block_elems, Mma::kStagedBytes);
+
+  // This lane's weight rows (rows past n re-read row n - 1; their results are never stored).
+  const int lane_k = Mma::lane_k(lane);
+  const unsigned char* wrow[kRB][kRowsPerLane];
+#pragma unroll
+  for (int rb = 0; rb < kRB; ++rb)
+#pragma unroll
+    for (int h = 0; h < kRowsPerLane; ++h) {
+      const int row = n0 + wn * kRowBlock * kRB + Mma::lane_row(lane, rb, h);
+      wrow[rb][h] = b + ((row < p.n ? row : p.n - 1) * p.b_stride + lane_k) * kEb;
+    }
+
+  // Weight chunks of this warp's sub-iterations of block j (whole sub-iterations only: no bound at K). Those
+  // past si_full (last block only; never multiplied) re-read sub-iteration si_full - 1, so the loads need no
+  // branch.
+  auto load_stage = [&](Stage& s, int j) {
+    const int si0 = si_begin + j * per_block + wk * kIPB;
+#pragma unroll
+    for (int i = 0; i < kIPB; ++i) {
+      const int si = si0 + i < si_full ? si0 + i : si_full - 1;
+      const long long off = static_cast<long long>(si) * kSI * kEb;
+#pragma unroll
+      for (int rb = 0; rb < kRB; ++rb)
+#pragma unroll
+        for (int h = 0; h < kRowsPerLane; ++h) s[i][rb][h] = load_chunk_stream<Ab, LB>(wrow[rb][h] + off);
+    }
+  };
+
+  Mma mma(lane, p.m, pitch);
+  ActStager<Ab, Mma> act;
+  Stage s0, s1;
+  const int k_full = si_full * kSI;
+
+  if (blocks > 0) {
+    load_stage(s0, 0);
+    act.template load<false>(a, p, si_begin * kSI, k_full);
+    act.store(buf0, pitch, p);
+  }
+  sync_block();
+
+  // Block j: cur holds its weights; nxt receives block j + 1's, the activations of block j + 1 go to the
+  // other buffer. AMD waits for loads in issue order: a branch around the loads makes it wait for all of them
+  // before the MMAs, so there they are issued unconditionally (after the last block they re-read clamped
+  // addresses and fill a buffer nobody reads). NVIDIA tracks each load and skips them (fewer registers live).
+  auto step = [&](const Stage& cur, Stage& nxt, int j) {
+#if defined(FP8DK_AMD)
+    constexpr bool more = true;
+#else
+    const bool more = j + 1 < blocks;
+#endif
+    if (more) {
+      // Activations first: they are needed first (the store below).
+      act.template load<true>(a, p, (si_begin + (j + 1) * per_block) * kSI, k_full);
+      load_stage(nxt, j + 1);
+    }
+    const unsigned char* buf = (j & 1) ? buf1 : buf0;
+    const int si0 = si_begin + j * per_block + wk * kIPB;
+#pragma unroll
+    for (int i = 0; i < kIPB; ++i)
+      if (si0 + i < si_full) mma.sub_iter(cur[i], buf, (wk * kIPB + i) * kSI);
+    if (more) act.store((j & 1) ? buf0 : buf1, pitch, p);
+    sync_block();
+  };
+  for (int j = 0; j < blocks; j += 2) {
+    step(s0, s1, j);
+    if (j + 1 < blocks) step(s1, s0, j + 1);
+  }
+
+  // The sub-iteration that crosses the end of K (last slice only), loaded element by element up to K, by
+  // the first warp column.
+  if (si_end > si_full) {
+    act.template load<false>(a, p, k_full, p.k);
+    act.store(buf0, pitch, p);
+    sync_block();
+    if (wk == 0) {
+      Chunk tail[kRB][kRowsPerLane];
+#pragma unroll
+      for (int rb = 0; rb < kRB; ++rb)
+#pragma unroll
+        for (int h = 0; h < kRowsPerLane; ++h)
+          tail[rb][h] = load_chunk_masked<Ab>(wrow[rb][h] + static_cast<long long>(k_full) * kEb, p.k - k_full - lane_k);
+      mma.sub_iter(tail, buf0, 0);
+    }
+    sync_block();
+  }
+
+  // Partial sums of the warp columns, [wk][MP][block_n + kRedPad], in the (now free) staging buffers.
+  float* red = reinterpret_cast<float*>(smem);
+  const int red_pitch = p.block_n + kRedPad;
+  mma.store(red + wk * MP * red_pitch, red_pitch, wn * kRowBlock * kRB, lane);
+  sync_block();
+
+  Epilogue e;
+  e.alpha = 1.f;
+  if constexpr (Operand<Ab>::kFp8) e.alpha = *scale_a * *scale_b * Mma::kProductScale;
+  e.bias = bias;
+  e.out = out;
+  e.out_stride = p.out_stride;
+  TileArgs t;
+  t.red_pitch = red_pitch, t.mp = MP, t.wk = p.wk, t.block_n = p.block_n, t.n0 = n0, t.m = p.m, t.n = p.n;
+  t.split_k = p.split_k, t.slice = slice, t.ws = ws, t.counters = counters;
+  const Meet meet = p.split_k == 1 ? Meet::kAlone : p.cluster ? Meet::kCluster : Meet::kWorkspace;
+  reduce_tile<Out>(red, t, meet, e);
+}
+
+}  // namespace skinny
+}  // namespace fp8dk

@@ -1,0 +1,144 @@
+#pragma once
+// Skinny GEMM, part 1: the tiling shared by the NVIDIA and AMD kernels and by the launcher, and the heuristic
+// that picks it from (M, N, K) and the SM/CU count. No torch; the launcher adds the environment overrides.
+//
+// Work decomposition (out[M, N] = a[M, K] @ b[N, K]^T, M <= 32, b is the weight stream):
+//
+//   * A warp (NVIDIA, 32 lanes) or wave (AMD, 64 lanes) owns RB row blocks of 16 weight rows. In one
+//     "sub-iteration" it reads 64 contiguous bytes of each of its rows: 4 lanes per row, one 16-byte chunk
+//     per lane. That is 16 rows x 64 B = 1 KB per row block on both vendors (NVIDIA: 2 rows per lane,
+//     AMD: 1 row per lane). SI = 64 B / element size K-elements per sub-iteration.
+//   * A CTA holds WN x WK warps: WN warps side by side along N (BN = 16 * RB * WN rows per CTA) and WK warps
+//     splitting the CTA's K range. The K range is swept in blocks of WK * IPB sub-iterations; in a block the
+//     WK warp columns take consecutive runs of IPB sub-iterations, so the CTA reads WK * IPB * 64 contiguous
+//     bytes of every row per block. The activations of a block are staged once in shared memory (converted
+//     to the MMA input type) and read by all WN warps; partial sums of the WK columns are added in shared
+//     memory in a fixed order.
+//   * split_k CTAs share a tile of BN rows when the tiles alone cannot fill the GPU and add their fp32
+//     partials in slice order (deterministic): through distributed shared memory when they form a cluster
+//     (NVIDIA sm_90+, split_k <= 8), else through a workspace [split_k, M, N] finished by the last CTA to
+//     arrive (skinny_gemm_reduce.cuh).
+//
+// Weight bytes in flight per lane: a stage is IPB * RB * rows-per-lane chunks of 16 B (128 B on NVIDIA,
+// 64 B on AMD), double-buffered in registers, so every lane has one to two stages outstanding: with 256-512
+// threads per SM that is 32-128 KB per SM, the ~30 KB per SM that Little's law asks for at H200 bandwidth
+// (4.8 TB/s x ~0.8 us loaded latency / 132 SMs) with room to spare.
+#include "common/platform.cuh"
+
+namespace fp8dk {
+namespace skinny {
+
+constexpr int kThreads = 256;                           // threads per CTA on both vendors
+constexpr int kWarps = kThreads / kWarpSize;            // 8 warps (NVIDIA) or 4 waves (AMD)
+constexpr int kRowBlock = 16;                           // weight rows per MMA tile
+constexpr int kLanesPerRow = 4;                         // lanes sharing a weight row in a sub-iteration
+constexpr int kChunkBytes = 16;                         // bytes of one row a lane loads per sub-iteration
+constexpr int kSubIterBytes = kLanesPerRow * kChunkBytes;        // 64 B of each row per sub-iteration
+constexpr int kRowsPerLane = kRowBlock * kLanesPerRow / kWarpSize;  // 2 (NVIDIA) or 1 (AMD)
+constexpr int kMaxStageChunks = 2;  // activation chunks (16 B of source) a thread stages per K-block
+constexpr int kRedPad = 4;          // floats of padding per row of the partial-sum tile (bank spread)
+
+// Tokens padded to the MMA's token granularity (8 on both vendors' host view; AMD rounds to 16 inside).
+FP8DK_HOST_DEVICE constexpr int padded_m(int m) { return (m + 7) / 8 * 8; }
+// Row blocks per warp: two once the accumulators of one are small next to the stage registers, so the
+// activation fragments read from shared memory serve two row blocks (halves shared-memory traffic at M > 16).
+FP8DK_HOST_DEVICE constexpr int row_blocks(int mp) { return mp > 16 ? 2 : 1; }
+// Sub-iterations per warp per K-block (IPB): a stage holds 4 chunks per row of a lane when b's rows allow
+// 8- or 16-byte accesses (LB), one otherwise (every element of a narrow chunk is a separate load and
+// register).
+FP8DK_HOST_DEVICE constexpr int iters_per_block(int rb, int lb) { return lb >= 8 ? 4 / rb : 1; }
+// Registers bound the CTAs an SM runs: 2 with RB = 1 (<= 128 registers), 1 with RB = 2 (<= 255).
+FP8DK_HOST_DEVICE constexpr int ctas_per_sm(int rb) { return rb == 1 ? 2 : 1; }
+// K elements per sub-iteration.
+FP8DK_HOST_DEVICE constexpr int sub_iter_elems(int elem_bytes) { return kSubIterBytes / elem_bytes; }
+
+// Everything the kernel needs to know about the launch (passed by value).
+struct Plan {
+  int m, n, k;
+  long long a_stride, b_stride, out_stride;  // row strides in elements
+  int wn, wk;               // warps per CTA along N and along K (wn * wk == kWarps)
+  int block_n;              // weight rows per CTA = 16 * RB * wn
+  int split_k;              // CTAs per tile along K (grid.y)
+  int cluster;              // split_k > 1: the tile's CTAs form a cluster and reduce through DSMEM
+  int sub_iters;            // ceil(k / SI): sub-iterations along the whole K
+  int block_elems;          // K elements per K-block = wk * IPB * SI
+  int chunk_shift;          // log2(block_elems / chunk elements): staged chunks per token row
+  int act_buf_bytes;        // bytes of one of the two activation staging buffers (rows of a: 16-byte aligned)
+};
+
+// Shared memory the kernel needs: two activation buffers, reused at the end as the partial-sum tile
+// [wk][mp][block_n + kRedPad] fp32.
+FP8DK_HOST_DEVICE constexpr int smem_bytes(int act_buf_bytes, int wk, int mp, int block_n) {
+  const int act = 2 * act_buf_bytes;
+  const int red = wk * mp * (block_n + kRedPad) * 4;
+  return act > red ? act : red;
+}
+
+// Bytes of one row of a staged activation block of `block_elems` elements (a multiple of 32). NVIDIA stages
+// f16/bf16, rows an odd multiple of 32 B so that 4 consecutive token rows start 8 banks apart
+// (skinny_gemm_mma_nv.cuh); AMD stages FP8 bytes or 16-bit values (the host does not know which: it sizes
+// for 16-bit), rows padded by 8 B so that 16 consecutive token rows start in different banks.
+FP8DK_HOST_DEVICE constexpr int act_pitch(int block_elems, int staged_bytes) {
+#if defined(FP8DK_AMD)
+  return block_elems * staged_bytes + 8;
+#else
+  return block_elems * staged_bytes + 32;
+#endif
+}
+
+// ------------------------------------------------------------------ the heuristic (host)
+//
+// 1. MP = M rounded up to 8, RB and IPB from MP (above).
+// 2. BN: the smallest power-of-two WN with BN = 16 * RB * WN >= 4 * M, so a CTA's staged activations are at
+//    most a quarter of its weight bytes (activations are re-read once per N tile, from L2) and a K-block's
+//    activations are at most kMaxStageChunks chunks per thread. Then, while there are more tiles than the GPU
+//    runs at once (SMs * CTAs per SM) and WN < kWarps, double WN: one wave of equally sized CTAs, since a
+//    tail wave of a few CTAs cannot keep HBM busy.
+// 3. split_k: one CTA per SM is enough weight bytes in flight (>= 32 KB), so split_k = round(SMs / tiles),
+//    at least 1, at most what still runs as one wave (SMs * CTAs per SM / tiles), at most one K-block per
+//    split, and small enough that the fp32 partials (split_k * M * N * 4 B, written and read once) stay
+//    under ~1/8 of the weight bytes.
+// 4. (launcher, sm_90+) with split_k > 1, the largest split <= min(split_k, 8) whose clusters the device runs
+//    all at once (cudaOccupancyMaxActiveClusters); the workspace path when none does.
+// The launcher lets FP8DK_SKINNY_BLOCK_N and FP8DK_SKINNY_SPLIT_K override 2. and 3. (tuning, tests).
+
+struct Shape {
+  int m, n, k;
+  int elem_bytes;  // bytes of an operand element (1 for FP8, 2 for fp16/bf16)
+};
+
+inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+
+inline int default_wn(const Shape& s, int sms) {
+  const int rb = row_blocks(padded_m(s.m));
+  const int rows_per_warp = kRowBlock * rb;
+  int wn = 1;
+  while (wn < kWarps && rows_per_warp * wn < 4 * s.m) wn *= 2;
+  const int slots = sms * ctas_per_sm(rb);
+  while (wn < kWarps && ceil_div(s.n, rows_per_warp * wn) > slots) wn *= 2;
+  return wn;
+}
+
+inline int max_split_k(const Shape& s, int wn, int lb) {
+  const int rb = row_blocks(padded_m(s.m));
+  const int block_elems = (kWarps / wn) * iters_per_block(rb, lb) * sub_iter_elems(s.elem_bytes);
+  const int blocks = ceil_div(s.k, block_elems);
+  return blocks > 1 ? blocks : 1;
+}
+
+inline int default_split_k(const Shape& s, int wn, int lb, int sms) {
+  const int rb = row_blocks(padded_m(s.m));
+  const int tiles = ceil_div(s.n, kRowBlock * rb * wn);
+  if (tiles >= sms || s.k == 0) return 1;
+  int split = (sms + tiles / 2) / tiles;
+  const int one_wave = sms * ctas_per_sm(rb) / tiles;
+  const long long partial_cap = static_cast<long long>(s.k) * s.elem_bytes / (64LL * s.m);
+  if (split > one_wave) split = one_wave;
+  if (split > partial_cap) split = static_cast<int>(partial_cap);
+  const int most = max_split_k(s, wn, lb);
+  if (split > most) split = most;
+  return split > 1 ? split : 1;
+}
+
+}  // namespace skinny
+}  // namespace fp8dk

@@ -1,0 +1,157 @@
+#pragma once
+// Skinny GEMM, part 5: the deterministic reduction and the epilogue, shared by both vendors.
+//
+// Inside a CTA the WK warp columns left their partial sums in shared memory; they are added in column order.
+// With split_k == 1 that is the tile: out = acc * alpha + bias, rounded once. With split_k > 1 the split_k
+// CTAs of a tile (grid.y) add their partial tiles in slice order 0, 1, ..., so the result never depends on
+// which CTA finished first and is bitwise reproducible. Two ways to meet:
+//   * cluster (NVIDIA sm_90+, split_k <= 8): the tile's CTAs form a thread-block cluster; after a cluster
+//     barrier each CTA reads its share of the tile from all split_k CTAs' shared memory (DSMEM) and finishes
+//     it. No global workspace, no counters: nothing to zero, nothing that outlives the launch.
+//   * workspace: each CTA writes its partial tile to ws[slice][m][n] (fp32), makes it visible (fence) and
+//     counts itself in the tile's counter; the last CTA to arrive adds the slices and finishes the tile. The
+//     launcher zeroes the counters (cudaMemsetAsync on the stream, capturable in a CUDA graph).
+#include "common/numerics.cuh"
+
+#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FP8DK_SKINNY_CLUSTERS 1
+#endif
+
+namespace fp8dk {
+namespace skinny {
+
+// Release/acquire between CTAs at device scope (gfx942: agent scope writes back / invalidates L2 across XCDs).
+FP8DK_DEVICE void fence_device() {
+#if defined(FP8DK_AMD)
+  __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent");
+#else
+  __threadfence();
+#endif
+}
+
+FP8DK_DEVICE unsigned atomic_add_device(unsigned* p, unsigned v) {
+#if defined(FP8DK_AMD)
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  return atomicAdd(p, v);
+#endif
+}
+
+// A partial written by another CTA, read after the acquire fence: from L2, never from this SM's L1 (on AMD
+// the agent-scope fence already invalidated the CU's cache).
+FP8DK_DEVICE float load_partial(const float* p) {
+#if defined(FP8DK_AMD)
+  return *p;
+#else
+  return __ldcg(p);
+#endif
+}
+
+#if defined(FP8DK_SKINNY_CLUSTERS)
+// Barrier over all threads of the cluster; release/acquire orders the shared-memory writes before it with the
+// remote reads after it.
+FP8DK_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The float at the same shared-memory offset as `p` in the CTA of cluster rank `rank`.
+FP8DK_DEVICE float load_cluster(const float* p, unsigned rank) {
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+#endif
+
+struct Epilogue {
+  float alpha;            // scale_a * scale_b (times the FP8 unpack's product scale), 1 for 16-bit operands
+  const uint16_t* bias;   // [N] in the out dtype, or nullptr
+  uint16_t* out;
+  long long out_stride;   // elements
+};
+
+template <class Out>
+FP8DK_DEVICE void finish(const Epilogue& e, int m, int n, float acc) {
+  float v = acc * e.alpha;
+  if (e.bias != nullptr) v += Out::to_float(e.bias[n]);
+  e.out[m * e.out_stride + n] = Out::from_float(v);
+}
+
+// How the split_k CTAs of a tile meet (above).
+enum class Meet { kAlone, kCluster, kWorkspace };
+
+struct TileArgs {
+  int red_pitch, mp, wk;  // red[wk][mp][red_pitch] floats: the warp columns' partial sums
+  int block_n, n0;        // tile rows [n0, n0 + block_n) of out
+  int m, n;
+  int split_k, slice;
+  float* ws;              // kWorkspace: [split_k][m][n]
+  unsigned* counters;     // kWorkspace: [tiles], zeroed; counters[blockIdx.x] is this tile's
+};
+
+// Called by all threads of the CTA after a barrier that follows the warps' stores to red.
+template <class Out>
+FP8DK_DEVICE void reduce_tile(float* red, const TileArgs& t, Meet meet, const Epilogue& e) {
+  const int cols = t.block_n < t.n - t.n0 ? t.block_n : t.n - t.n0;
+  const int items = t.m * cols;
+  auto cta_sum = [&](int r, int c) {
+    float v = 0.f;
+    for (int w = 0; w < t.wk; ++w) v += red[(w * t.mp + r) * t.red_pitch + c];
+    return v;
+  };
+
+  if (meet == Meet::kAlone) {
+    for (int i = threadIdx.x; i < items; i += blockDim.x) finish<Out>(e, i / cols, t.n0 + i % cols, cta_sum(i / cols, i % cols));
+    return;
+  }
+
+  if (meet == Meet::kCluster) {
+#if defined(FP8DK_SKINNY_CLUSTERS)
+    // This CTA's partial tile in place of warp column 0's (each element is read and written by one thread).
+    for (int i = threadIdx.x; i < items; i += blockDim.x) {
+      const int r = i / cols, c = i % cols;
+      red[r * t.red_pitch + c] = cta_sum(r, c);
+    }
+    cluster_sync();
+    // Cluster rank == slice: grid (tiles, split_k) with clusters (1, split_k, 1). Element i is finished by the
+    // CTA of rank (i / blockDim) % split_k.
+    for (int i = t.slice * blockDim.x + threadIdx.x; i < items; i += t.split_k * blockDim.x) {
+      const int r = i / cols, c = i % cols;
+      float v = 0.f;
+      for (int s = 0; s < t.split_k; ++s) v += load_cluster(red + r * t.red_pitch + c, s);
+      finish<Out>(e, r, t.n0 + c, v);
+    }
+    cluster_sync();  // no CTA leaves (and frees its shared memory) while others still read it
+#elif defined(FP8DK_AMD)
+    __builtin_trap();  // the launcher never asks for clusters where the kernel has none
+#else
+    __trap();
+#endif
+    return;
+  }
+
+  const long long slice_elems = static_cast<long long>(t.m) * t.n;
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int r = i / cols, c = i % cols;
+    t.ws[t.slice * slice_elems + static_cast<long long>(r) * t.n + t.n0 + c] = cta_sum(r, c);
+  }
+  fence_device();  // each thread publishes its own writes before the CTA counts itself
+  __shared__ unsigned arrived;
+  sync_block();
+  if (threadIdx.x == 0) arrived = atomic_add_device(t.counters + blockIdx.x, 1u);
+  sync_block();
+  if (arrived != static_cast<unsigned>(t.split_k - 1)) return;
+  fence_device();  // acquire: the other slices' partials are visible after this
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int r = i / cols, c = i % cols;
+    const float* p = t.ws + static_cast<long long>(r) * t.n + t.n0 + c;
+    float v = 0.f;
+    for (int s = 0; s < t.split_k; ++s) v += load_partial(p + s * slice_elems);
+    finish<Out>(e, r, t.n0 + c, v);
+  }
+}
+
+}  // namespace skinny
+}  // namespace fp8dk

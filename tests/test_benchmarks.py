@@ -1,0 +1,124 @@
+"""The benchmark suite: benchmarks/sweep.py end to end on CPU, the `kernels benchmark` workloads through the
+real CLI (on the GPU where there is one), and the sweep's correctness guard and CUDA graph timer."""
+
+import functools
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from .conftest import HAS_GPU, REPO_ID, REPO_ROOT, load_kernel
+
+BENCHMARKS = REPO_ROOT / "benchmarks"
+# kernel-builder's sandbox copies tests/ without benchmarks/.
+pytestmark = pytest.mark.skipif(not (BENCHMARKS / "sweep.py").is_file(), reason="no benchmarks/ in this checkout")
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+# The quick CPU sweep takes well under a minute on an idle 2-core machine; the margin is for a loaded one.
+SWEEP_TIMEOUT_S = 240
+CLI_TIMEOUT_S = 300
+
+
+@functools.cache
+def sweep_module():
+    spec = importlib.util.spec_from_file_location("sweep", BENCHMARKS / "sweep.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def offline_env() -> dict:
+    # The local build needs no network; offline mode makes an accidental Hub lookup fail fast instead of hang.
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def test_quick_cpu_sweep_writes_json_markdown_and_plots(tmp_path):
+    load_kernel("cpu")  # skips on a GPU machine without a CPU build; sets LOCAL_KERNELS for --repo-id
+    cmd = [sys.executable, str(BENCHMARKS / "sweep.py"), "--quick", "--device", "cpu", "--repo-id", REPO_ID,
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S, env=offline_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    env = data["environment"]
+    assert env["device_type"] == "cpu" and env["copy_bandwidth"]["gbps"] > 0
+    results = data["results"]
+    assert {r["suite"] for r in results} == set(sweep_module().SUITES)
+    assert not [r["name"] for r in results if "skipped" in r or not r["check"]["ok"]]
+    for r in results:
+        assert set(r["times"]) == set(r["impls"]) and "median_us" in r["times"]["ours"], r
+        assert r["gbps"]["ours"] > 0 and set(r["speedup"]) == set(r["impls"]) - {"ours"}
+    # Every case shows up as a row of the Markdown: one per table row, and each suite has its section.
+    markdown = (tmp_path / "sweep.md").read_text()
+    assert all(f"## {suite}" in markdown for suite in sweep_module().SUITES)
+    assert markdown.count("| ok |") == len(results)
+    pngs = sorted(tmp_path.glob("*.png"))
+    assert pngs and all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in pngs)
+
+
+def test_kernels_benchmark_cli_verifies_every_workload(tmp_path):
+    """`kernels benchmark <repo root>`: the runner loads build/ itself (the GPU variant on a GPU machine),
+    runs each workload's verify (allclose, fatal on mismatch) and writes the JSON payload."""
+    load_kernel(None)  # the same build the CLI will pick, or a skip/fail with the build hint
+    script_names = {p.name for p in BENCHMARKS.glob("benchmark*.py")}
+    assert script_names == {"benchmark_rmsnorm.py", "benchmark_swiglu.py", "benchmark_skinny_gemm.py"}
+    output = tmp_path / "results.json"
+    cmd = [sys.executable, "-c", "import sys; from kernels.cli import main; sys.exit(main())", "benchmark",
+           str(REPO_ROOT), "--iterations", "2", "--warmup", "1", "--output", str(output)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=offline_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads(output.read_text())["results"]
+    workloads = sum(p.read_text().count("    def benchmark_") for p in BENCHMARKS.glob("benchmark*.py"))
+    assert len(results) == workloads and all(r.get("verified") is True for r in results), results
+
+
+@pytest.mark.parametrize("dtype", FP8_DTYPES, ids=("e4m3fn", "e4m3fnuz"))
+def test_fp8_positions_count_steps_between_neighbours(dtype):
+    sweep = sweep_module()
+    codes = torch.arange(256, dtype=torch.uint8).view(dtype)
+    values = codes.float()
+    finite = ~values.isnan()
+    positions = sweep.fp8_positions(codes)[finite][values[finite].argsort()]
+    steps = positions.diff()
+    # Sorted by value, positions climb by one per representable value; only +0 and -0 (e4m3fn) share one.
+    assert steps.min() >= 0 and steps.max() == 1
+    assert (steps == 0).sum() == (1 if dtype == torch.float8_e4m3fn else 0)
+
+
+def test_fp8_check_allows_one_step_and_no_more():
+    sweep = sweep_module()
+    # Finite e4m3fn codes of either sign, with room for two steps up in magnitude.
+    magnitude = torch.randint(0, 0x70, (64, 64), dtype=torch.uint8)
+    ref_bytes = magnitude | (torch.randint(0, 2, (64, 64), dtype=torch.uint8) << 7)
+    ref = ref_bytes.view(torch.float8_e4m3fn)
+    out_bytes = ref_bytes.clone()
+    out = out_bytes.view(torch.float8_e4m3fn)
+    out_bytes[3, 5] += 1
+    assert sweep.check_fp8(out, ref) == (True, "max 1 FP8 step (0.0244% of elements differ)")
+    out_bytes[7, 9] += 2
+    assert sweep.check_fp8(out, ref) == (False, "max 2 FP8 steps (0.0488% of elements differ)")
+    assert not sweep.check_fp8(torch.full_like(ref, float("nan")), ref)[0]
+    assert not sweep.check_fp8(ref.to(torch.float8_e4m3fnuz), ref)[0]
+
+
+def test_rel_norm_check():
+    sweep = sweep_module()
+    ref = torch.randn(8, 256).to(torch.bfloat16)
+    assert sweep.check_rel_norm(ref.clone(), ref)[0]
+    assert not sweep.check_rel_norm(ref * 1.1, ref)[0]
+    assert not sweep.check_rel_norm(torch.full_like(ref, float("nan")), ref)[0]
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no GPU: torch.cuda.is_available() is False")
+def test_cuda_graph_timer_replays_the_rotation():
+    sweep = sweep_module()
+    sets = [torch.randn(1 << 20, device="cuda") for _ in range(8)]
+    calls = [functools.partial(torch.mul, s, 2.0) for s in sets]
+    timing = sweep.CudaGraphTimer(quick=True).time(calls, est_us=5.0)
+    # Every set once per round, and enough rounds for a replay of MIN_REPLAY_US at the estimated time.
+    assert timing["calls_per_replay"] % len(calls) == 0
+    assert timing["calls_per_replay"] * 5.0 >= sweep.MIN_REPLAY_US
+    assert 0 < timing["min_us"] <= timing["median_us"] < 1000

@@ -1,0 +1,319 @@
+"""The static-FP8 decoder (decoder.py) against pure-PyTorch references of the same math, the Llama-MLP
+converter on a tiny transformers model, and the decode-step benchmark's CPU smoke run.
+
+The references quantize activations exactly where the decoder does (reference.quantize_fp8, dequantized
+again) and multiply dequantized weights in float64, so the remaining differences are the GEMMs' fp32
+accumulation order and the attention's softmax precision. Those change a 16-bit value by an ulp now and then,
+which moves an FP8 code one step where a value sits on a rounding boundary: hence tolerances on the relative
+L2 error instead of bitwise comparisons.
+"""
+
+import importlib
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+from .conftest import REPO_ID, REPO_ROOT
+
+DTYPES = (torch.bfloat16, torch.float16)
+EPS = 1e-5
+# Relative L2 errors. Stages whose inputs match up to 16-bit roundings agree to well under 1%. Past one
+# static FP8 quantization of slightly different inputs, a few % of the codes move a step (6-12% of that
+# element); the layer's MLP output sits behind two of them, fed by the attention's rounding differences.
+STAGE_TOLERANCE = 1e-2
+LAYER_OUTPUT_TOLERANCE = 0.1
+
+
+@pytest.fixture
+def decoder(kernel):
+    """The package's decoder module, imported by its name inside the loaded kernel (works whether or not the
+    package's __init__ imports it)."""
+    return importlib.import_module(f"{kernel.__name__}.decoder")
+
+
+def fp8_of(kernel, device) -> torch.dtype:
+    return kernel.native_fp8_dtype(torch.device(device))
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+# ---------------------------------------------------------------- the same math in float64
+
+
+def dequantized(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return q.double() * scale.double()
+
+
+def fp8_activation(reference, x: torch.Tensor, scale: torch.Tensor, fp8: torch.dtype) -> torch.Tensor:
+    """What an FP8 GEMM sees of x: x statically quantized with `scale`, as a float64 value."""
+    return dequantized(reference.quantize_fp8(x, scale, fp8), scale)
+
+
+def linear_reference(a: torch.Tensor, linear) -> torch.Tensor:
+    """a (float64, dequantized) @ the dequantized weight, rounded once to the layer's output dtype."""
+    return (a @ dequantized(linear.weight, linear.weight_scale).t()).to(linear.out_dtype)
+
+
+def mlp_reference(reference, mlp, x: torch.Tensor) -> torch.Tensor:
+    fp8 = mlp.gate_up.weight.dtype
+    gate_up = linear_reference(fp8_activation(reference, x, mlp.gate_up.input_scale, fp8), mlp.gate_up)
+    gate, up = gate_up.float().chunk(2, dim=-1)
+    act = torch.nn.functional.silu(gate) * up  # quantized from float32, as silu_and_mul does
+    return linear_reference(fp8_activation(reference, act, mlp.down.input_scale, fp8), mlp.down)
+
+
+def rope_reference(x: torch.Tensor, pos: int, theta: float) -> torch.Tensor:
+    """transformers' Llama rotary embedding of one position, factors in float32 rounded to x's dtype."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=x.device) / d)
+    angles = torch.cat([pos * inv_freq, pos * inv_freq])
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * angles.cos().to(x.dtype) + torch.cat([-x2, x1], dim=-1) * angles.sin().to(x.dtype)
+
+
+def attention_reference(q, keys, values):
+    """Softmax attention of one query per sequence in float32; keys/values [B, kv_heads, L, d] are shared by
+    groups of consecutive query heads."""
+    group = q.shape[1] // keys.shape[1]
+    keys = keys.float().repeat_interleave(group, dim=1)
+    values = values.float().repeat_interleave(group, dim=1)
+    scores = q.float().unsqueeze(2) @ keys.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    return (scores.softmax(dim=-1) @ values).squeeze(2)
+
+
+def layer_reference(reference, layer, dims, x, residual, cache, pos, theta):
+    """Fp8DecoderLayer's decode step, written out: returns (attention output, out, new residual); writes the
+    cache at pos."""
+    heads, kv_heads, d = dims
+    fp8, batch = layer.qkv.weight.dtype, x.shape[0]
+    residual = x + residual
+    h = reference.rms_norm_ref(residual, layer.input_norm_weight, EPS)
+    qkv = linear_reference(fp8_activation(reference, h, layer.qkv.input_scale, fp8), layer.qkv)
+    q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+    q = q.reshape(batch, heads, d)
+    k = k.reshape(batch, kv_heads, d)
+    if theta is not None:
+        q, k = rope_reference(q, pos, theta), rope_reference(k, pos, theta)
+    cache.key[:, :, pos] = k
+    cache.value[:, :, pos] = v.reshape(batch, kv_heads, d)
+    attn = attention_reference(q, cache.key[:, :, :pos + 1], cache.value[:, :, :pos + 1])
+    attn = attn.to(x.dtype).reshape(batch, heads * d)
+    o = linear_reference(fp8_activation(reference, attn, layer.o.input_scale, fp8), layer.o)
+    residual = o + residual
+    h = reference.rms_norm_ref(residual, layer.post_attention_norm_weight, EPS)
+    return attn, mlp_reference(reference, layer.mlp, h), residual
+
+
+# ---------------------------------------------------------------- builders
+
+
+class LlamaLikeMLP(nn.Module):
+    """transformers' LlamaMLP, reduced to what the converter reads."""
+
+    def __init__(self, hidden, intermediate, dtype, device, act=None):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, intermediate, bias=False, dtype=dtype, device=device)
+        self.up_proj = nn.Linear(hidden, intermediate, bias=False, dtype=dtype, device=device)
+        self.down_proj = nn.Linear(intermediate, hidden, bias=False, dtype=dtype, device=device)
+        self.act_fn = act or nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def random_linear(decoder, n, k, input_amax, dtype, device, fp8):
+    weight, weight_scale = decoder.quantize_weight(torch.randn(n, k, dtype=dtype, device=device) / k ** 0.5, fp8)
+    input_scale = input_amax / torch.finfo(fp8).max
+    return decoder.Fp8Linear(weight, weight_scale, input_scale, None, dtype)
+
+
+def random_layer(decoder, hidden, dims, intermediate, dtype, device, fp8):
+    heads, kv_heads, d = dims
+
+    def linear(n, k, amax):
+        return random_linear(decoder, n, k, amax, dtype, device, fp8)
+
+    def norm_weight():
+        return (1 + 0.1 * torch.randn(hidden, device=device)).to(dtype)
+
+    mlp = decoder.Fp8LlamaMLP(linear(2 * intermediate, hidden, 4.0), linear(hidden, intermediate, 4.0))
+    return decoder.Fp8DecoderLayer(norm_weight(), norm_weight(), EPS, linear((heads + 2 * kv_heads) * d, hidden, 4.0),
+                                   linear(hidden, heads * d, 2.0), mlp,
+                                   decoder.SdpaDecodeAttention(heads, kv_heads, d))
+
+
+def random_cache(decoder, batch, kv_heads, capacity, d, pos, dtype, device):
+    """Random keys and values up to pos, NaN after it: positions the step must not read."""
+    def one():
+        t = torch.randn(batch, kv_heads, capacity, d, dtype=dtype, device=device)
+        t[:, :, pos + 1:] = float("nan")
+        return t
+    return decoder.KVCache(one(), one())
+
+
+# ---------------------------------------------------------------- tests
+
+
+@pytest.mark.kernels_ci
+def test_quantize_fp8_static_defaults_to_device_flavour(kernel, decoder, device):
+    x = torch.randn(4, 64, dtype=torch.bfloat16, device=device) * 100
+    scale = torch.tensor([0.05], device=device)
+    fp8 = fp8_of(kernel, device)
+    out = decoder.quantize_fp8_static(x, scale)
+    assert out.dtype == fp8
+    assert torch.equal(out.view(torch.uint8), kernel.reference.quantize_fp8(x, scale, fp8).view(torch.uint8))
+
+
+@pytest.mark.parametrize("rows", [1, 7, 48], ids=lambda r: f"rows{r}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fp8_linear(kernel, decoder, device, dtype, rows):
+    """16-bit input is quantized with input_scale; FP8 input is used as is; rows > 32 go through torch."""
+    fp8 = fp8_of(kernel, device)
+    linear = random_linear(decoder, 96, 128, 4.0, dtype, device, fp8)
+    x = torch.randn(rows, 128, dtype=dtype, device=device)
+    out = linear(x)
+    assert out.dtype == dtype and out.shape == (rows, 96)
+    expected = linear_reference(fp8_activation(kernel.reference, x, linear.input_scale, fp8), linear)
+    assert relative_error(out, expected) < 1e-2
+    assert torch.equal(linear(linear.quantize_input(x)), out)
+    assert linear(x.reshape(1, rows, 128)).shape == (1, rows, 96)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 40], ids=lambda r: f"rows{r}")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fp8_llama_mlp_matches_float_reference(kernel, decoder, device, dtype, rows):
+    """from_llama_mlp with calibrated scales against the same math on dequantized weights in float64, and
+    loosely against the original 16-bit MLP (FP8's own error)."""
+    mlp = LlamaLikeMLP(128, 320, dtype, device)
+    x = torch.randn(rows, 128, dtype=dtype, device=device)
+    fp8_mlp = decoder.from_llama_mlp(mlp, x)
+    assert fp8_mlp.gate_up.weight.dtype == fp8_of(kernel, device)
+    out = fp8_mlp(x)
+    assert out.dtype == dtype and out.shape == x.shape
+    assert relative_error(out, mlp_reference(kernel.reference, fp8_mlp, x)) < STAGE_TOLERANCE
+    with torch.no_grad():
+        assert relative_error(out, mlp(x)) < 0.1
+
+
+@pytest.mark.kernels_ci
+def test_from_llama_mlp_scales(kernel, decoder, device):
+    """Given scales are used as given; a missing one is calibrated as amax / fp8_max; neither is an error."""
+    mlp = LlamaLikeMLP(64, 128, torch.bfloat16, device)
+    x = torch.randn(3, 64, dtype=torch.bfloat16, device=device)
+    fp8_max = torch.finfo(fp8_of(kernel, device)).max
+    given = decoder.from_llama_mlp(mlp, input_scale=0.5, act_scale=0.25)
+    assert given.gate_up.input_scale.item() == 0.5 and given.down.input_scale.item() == 0.25
+    calibrated = decoder.from_llama_mlp(mlp, x, act_scale=0.25)
+    assert calibrated.gate_up.input_scale.item() == pytest.approx(x.abs().max().item() / fp8_max)
+    assert calibrated.down.input_scale.item() == 0.25
+    with pytest.raises(ValueError, match="calibration_input"):
+        decoder.from_llama_mlp(mlp)
+    with pytest.raises(ValueError, match="SiLU"):
+        decoder.from_llama_mlp(LlamaLikeMLP(64, 128, torch.bfloat16, device, act=nn.GELU()), x)
+
+
+@pytest.mark.parametrize("theta", [None, 10000.0], ids=["no_rope", "rope"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fp8_decoder_layer_matches_reference(kernel, decoder, device, dtype, theta):
+    """One decode step of a GQA layer (4 query heads per KV head) against the layer written out in PyTorch:
+    the KV written at pos, the attention output (the O GEMM's input), the residual and the MLP output. Cache
+    entries after pos are NaN and must not be read."""
+    hidden, dims, intermediate, batch, capacity, pos = 128, (8, 2, 32), 256, 3, 12, 9
+    layer = random_layer(decoder, hidden, dims, intermediate, dtype, device, fp8_of(kernel, device))
+    x = torch.randn(batch, hidden, dtype=dtype, device=device)
+    residual = torch.randn(batch, hidden, dtype=dtype, device=device)
+    cache = random_cache(decoder, batch, dims[1], capacity, dims[2], pos, dtype, device)
+    ref_cache = decoder.KVCache(cache.key.clone(), cache.value.clone())
+    rope = None
+    if theta is not None:
+        tables = decoder.rope_tables(capacity, dims[2], theta, dtype, torch.device(device))
+        rope = decoder.Rope(tables.cos[pos], tables.sin[pos])
+
+    ref_attn, ref_out, ref_residual = layer_reference(kernel.reference, layer, dims, x, residual.clone(), ref_cache,
+                                                      pos, theta)
+    attn = []
+    layer.o.register_forward_pre_hook(lambda module, args: attn.append(args[0]))
+    out = layer(x, residual, cache, pos, rope)
+
+    assert out.dtype == dtype and not out.isnan().any()
+    for written, expected in ((cache.key, ref_cache.key), (cache.value, ref_cache.value)):
+        assert relative_error(written[:, :, pos], expected[:, :, pos]) < STAGE_TOLERANCE
+    assert relative_error(attn[0], ref_attn) < STAGE_TOLERANCE
+    assert relative_error(residual, ref_residual) < STAGE_TOLERANCE
+    assert relative_error(out, ref_out) < LAYER_OUTPUT_TOLERANCE
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: torch.cuda.is_available() is False")
+@pytest.mark.parametrize("device", ["cuda"])
+def test_fp8_decoder_cuda_graph(kernel, decoder, device):
+    """A whole decode step (two layers and the final norm) captured in a CUDA graph and replayed on new
+    inputs gives the eager step's output."""
+    dtype, hidden, dims, batch, capacity = torch.bfloat16, 256, (8, 2, 64), 4, 32
+    fp8 = fp8_of(kernel, device)
+    layers = [random_layer(decoder, hidden, dims, 512, dtype, device, fp8) for _ in range(2)]
+    tables = decoder.rope_tables(capacity, dims[2], 500000.0, dtype, torch.device(device))
+    model = decoder.Fp8Decoder(layers, torch.ones(hidden, dtype=dtype, device=device), EPS, tables)
+    caches = [random_cache(decoder, batch, dims[1], capacity, dims[2], capacity - 1, dtype, device) for _ in layers]
+    x = torch.randn(batch, hidden, dtype=dtype, device=device)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        model(x, caches, capacity - 1)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = model(x, caches, capacity - 1)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.testing.assert_close(out, model(x, caches, capacity - 1), rtol=0, atol=0)
+
+
+def test_convert_llama_mlps_to_fp8(kernel, decoder, device):
+    """Every layer of a tiny LlamaForCausalLM gets an Fp8LlamaMLP; logits stay close (FP8's own error) and
+    generate() runs, through the kernel for decode rows and torch for the 48-row prefill."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                                      max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config).to(device=device, dtype=torch.bfloat16).eval()
+    ids = torch.randint(0, config.vocab_size, (3, 16), device=device)
+    with torch.no_grad():
+        expected = model(ids).logits
+    assert decoder.convert_llama_mlps_to_fp8(model, calibration_inputs=ids) is model
+    assert all(isinstance(layer.mlp, decoder.Fp8LlamaMLP) for layer in model.model.layers)
+    with torch.no_grad():
+        assert relative_error(model(ids).logits, expected) < 0.05
+        generated = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert generated.shape == (3, 20)
+
+
+def test_convert_rejects_models_without_llama_mlps(decoder):
+    with pytest.raises(ValueError, match="no module"):
+        decoder.convert_llama_mlps_to_fp8(nn.Sequential(nn.Linear(4, 4)))
+
+
+@pytest.mark.parametrize("device", ["cpu"])
+def test_decode_step_benchmark_cpu_smoke(kernel, device, tmp_path):
+    """benchmarks/decode_step.py end to end at tiny sizes, loading the kernel the way these tests do."""
+    script = REPO_ROOT / "benchmarks" / "decode_step.py"
+    if not script.is_file():
+        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    command = [sys.executable, str(script), "--repo-id", REPO_ID, "--device", "cpu", "--layers", "1",
+               "--hidden", "128", "--heads", "16", "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024",
+               "--kv-len", "16", "--batch", "2", "--replays", "3", "--profile-steps", "1", "--no-compile",
+               "--out", str(tmp_path)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (report,) = tmp_path.glob("*.json")
+    results = json.loads(report.read_text())["results"]
+    assert {(r["path"], r["batch"]) for r in results} == {("ours", 2), ("torch", 2)}
+    assert all(r["latency_ms"]["median"] > 0 and r["rel_diff_vs_torch"] < 0.05 for r in results)
+    assert {p.suffix for p in tmp_path.iterdir()} == {".json", ".md", ".png"}

@@ -1,0 +1,307 @@
+"""skinny_gemm on the GPU (CUDA or ROCm) against reference.py's float64 GEMM.
+
+test_skinny_gemm.py runs the op contract on every device; this file covers what only the GPU kernel has:
+every M with each MMA token padding (8/16/24/32) and row-block count, the N x K grid of the task (tiles
+narrower than a CTA, K tails inside a sub-iteration, long K), the decode shapes, weight-row access widths
+(16 B, 8 B, element by element) with NaN in the padding the kernel must not read, split-K forced through the
+environment (deterministic reduction, bitwise-identical reruns), NaN propagation of the FP8 unpack, 64-bit
+offsets (N * K > 2^31), CUDA graphs and torch.compile. Skips without a GPU.
+"""
+
+import pytest
+import torch
+
+from .conftest import HAS_GPU
+from .helpers import FP8_DTYPES, assert_bitwise_equal, poisoned
+from .test_skinny_gemm import assert_gemm_close
+
+pytestmark = pytest.mark.skipif(not HAS_GPU, reason="no GPU: torch.cuda.is_available() is False")
+
+FP8 = pytest.mark.parametrize("dtype", FP8_DTYPES, ids=("e4m3fn", "e4m3fnuz"))
+OUT16 = pytest.mark.parametrize("out_dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+OPERANDS = pytest.mark.parametrize("dtype", (*FP8_DTYPES, torch.float16, torch.bfloat16),
+                                   ids=("e4m3fn", "e4m3fnuz", "fp16", "bf16"))
+NS = (1, 17, 128, 2304, 13312)
+KS = (16, 48, 1000, 6656, 16384)
+DECODE = {"qkv": (2304, 16384), "gate_up": (13312, 16384), "down": (16384, 6656)}
+
+
+@pytest.fixture
+def device() -> str:
+    """Every test here runs on the GPU only (conftest's `kernel` fixture picks the GPU variant from this)."""
+    return "cuda"
+
+
+def padded(t: torch.Tensor, pad: int) -> torch.Tensor:
+    """`t` as a view into a buffer with `pad` extra elements per row holding NaN (0x7f in e4m3fn, 0x80 in
+    e4m3fnuz): padding the kernel must never read."""
+    if pad == 0:
+        return t
+    buf = torch.full((t.shape[0], t.shape[1] + pad), float("nan"), dtype=t.dtype, device=t.device)
+    buf[:, : t.shape[1]].copy_(t)
+    return buf[:, : t.shape[1]]
+
+
+def operands(m, n, k, dtype, out_dtype=None, bias=False, pad_a=0, pad_b=0):
+    """a [m, k], b [n, k] (optionally row-padded with NaN), scales for FP8, bias; FP8 values spread over the
+    whole e4m3 range (|x| up to ~100, subnormals included) and scales that keep outputs well inside fp16."""
+    a = torch.randn(m, k, device="cuda")
+    b = torch.randn(n, k, device="cuda")
+    scale_a = scale_b = None
+    if dtype in FP8_DTYPES:
+        a, b = (16 * a).to(dtype), (16 * b).to(dtype)
+        scale_a = torch.rand(1, device="cuda") * 0.01 + 0.005
+        scale_b = torch.rand(1, device="cuda") * 0.01 + 0.005
+        out_dtype = out_dtype or torch.float16
+    else:
+        a, b = a.to(dtype), b.to(dtype)
+        out_dtype = dtype
+    bias_t = torch.randn(n, device="cuda").to(out_dtype) if bias else None
+    return padded(a, pad_a), padded(b, pad_b), scale_a, scale_b, bias_t, out_dtype
+
+
+def run(kernel, a, b, scale_a, scale_b, bias, out_dtype, out=None):
+    if out is None:
+        out = poisoned((a.shape[0], b.shape[0]), out_dtype, "cuda")
+    kernel.ops.skinny_gemm(out, a, b, scale_a, scale_b, bias)
+    return out
+
+
+def check(kernel, m, n, k, dtype, out_dtype=None, bias=False, pad_a=0, pad_b=0):
+    a, b, sa, sb, bias_t, out_dtype = operands(m, n, k, dtype, out_dtype, bias, pad_a, pad_b)
+    out = run(kernel, a, b, sa, sb, bias_t, out_dtype)
+    assert_gemm_close(out, a, b, sa, sb, bias_t, kernel.reference)
+
+
+# ------------------------------------------------------------------------------------------ shapes
+
+
+@pytest.mark.parametrize("m", range(1, 33))
+@OPERANDS
+def test_every_m(kernel, dtype, m):
+    """Every M: token paddings 8/16/24/32, one or two row blocks per warp, tokens past M read token M - 1;
+    K = 4176 ends inside a sub-iteration."""
+    check(kernel, m, 300, 4176, dtype, bias=m % 3 == 0)
+
+
+@pytest.mark.parametrize("m", (1, 8, 9, 32))
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("n", NS)
+def test_grid(kernel, n, k, m):
+    """The task's N x K grid (e4m3fn, fp16 out): tiles wider than N, K tails inside a sub-iteration, long K."""
+    check(kernel, m, n, k, torch.float8_e4m3fn, bias=n % 2 == 1)
+
+
+@pytest.mark.parametrize("m", (1, 16, 32))
+@pytest.mark.parametrize("n,k", ((17, 48), (2304, 1000), (128, 16384)))
+@OUT16
+@OPERANDS
+def test_grid_dtypes(kernel, dtype, out_dtype, n, k, m):
+    """Every operand format (and both outputs for FP8) on a few grid points."""
+    if dtype not in FP8_DTYPES and out_dtype != dtype:
+        pytest.skip("16-bit operands produce their own dtype")
+    check(kernel, m, n, k, dtype, out_dtype, bias=True)
+
+
+@pytest.mark.parametrize("m", (1, 4, 8, 16, 32))
+@pytest.mark.parametrize("layer", DECODE)
+@FP8
+def test_decode_shapes(kernel, dtype, layer, m):
+    n, k = DECODE[layer]
+    check(kernel, m, n, k, dtype, torch.bfloat16)
+
+
+@pytest.mark.parametrize("m", (1, 32))
+@pytest.mark.parametrize("layer", DECODE)
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
+def test_decode_shapes_16bit(kernel, dtype, layer, m):
+    n, k = DECODE[layer]
+    check(kernel, m, n, k, dtype)
+
+
+def test_zero_k_and_empty(kernel):
+    """K = 0 gives the bias (or zeros); M = 0 and N = 0 are no-ops."""
+    fn = torch.float8_e4m3fn
+    a, b = torch.empty(3, 0, device="cuda").to(fn), torch.empty(5, 0, device="cuda").to(fn)
+    s = torch.ones(1, device="cuda")
+    bias = torch.randn(5, device="cuda").half()
+    out = run(kernel, a, b, s, s, bias, torch.float16)
+    assert_bitwise_equal(out, bias.expand(3, 5), "K = 0 with bias")
+    assert not run(kernel, a, b, s, s, None, torch.float16).any()
+    run(kernel, a[:0], b, s, s, None, torch.float16)
+    run(kernel, a, b[:0], s, s, None, torch.float16)
+
+
+# ------------------------------------------------------------------------------------------ strides, alignment
+
+
+@pytest.mark.parametrize("pad_a,pad_b", [(0, 256), (8, 8), (3, 0), (0, 1), (5, 7), (16, 2)])
+@pytest.mark.parametrize("m", (1, 12, 32))
+@OPERANDS
+def test_row_strides(kernel, dtype, m, pad_a, pad_b):
+    """Padded rows of a and b (the padding holds NaN, which must never be read): vLLM's 256-byte FP8 padding,
+    8-byte and odd strides (narrow weight access paths, element-wise activation staging)."""
+    check(kernel, m, 130, 1000, dtype, bias=True, pad_a=pad_a, pad_b=pad_b)
+
+
+@pytest.mark.parametrize("k", (1000, 1003, 1024))
+@FP8
+def test_weight_access_widths(kernel, dtype, k):
+    """K = 1000 FP8 rows are 8-byte aligned (8-byte loads), K = 1003 byte aligned (element loads)."""
+    check(kernel, 9, 2304, k, dtype, bias=True)
+
+
+def test_out_stride_and_offsets(kernel):
+    """out with a row stride (padding untouched) and operands starting at odd offsets of their buffers."""
+    m, n, k, fn = 7, 333, 2000, torch.float8_e4m3fn
+    a, b, sa, sb, bias, out_dtype = operands(m, n, k, fn, bias=True)
+    a_buf = torch.zeros(m * k + 3, device="cuda").to(fn)
+    a_off = a_buf[3:].view(m, k)
+    a_off.copy_(a)
+    b_buf = torch.zeros(n * k + 5, device="cuda").to(fn)
+    b_off = b_buf[5:].view(n, k)
+    b_off.copy_(b)
+    out_buf = torch.full((m, n + 9), 7.0, dtype=out_dtype, device="cuda")
+    out = out_buf[:, :n]
+    run(kernel, a_off, b_off, sa, sb, bias, out_dtype, out=out.fill_(float("nan")))
+    assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
+    assert bool((out_buf[:, n:] == 7.0).all()), "wrote into out's row padding"
+
+
+# ------------------------------------------------------------------------------------------ split-K, determinism
+
+
+@pytest.mark.parametrize("split", (1, 2, 3, 8, 64))
+@pytest.mark.parametrize("m", (1, 16, 32))
+@FP8
+def test_forced_split_k(kernel, monkeypatch, dtype, m, split):
+    """FP8DK_SKINNY_SPLIT_K: any split (capped at one K-block per slice) is right; splits up to 8 meet in a
+    cluster on sm_90+, larger ones (M = 16, 32 here) through the workspace."""
+    monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", str(split))
+    check(kernel, m, 2304, 6656 + 40, dtype, bias=True)
+
+
+@pytest.mark.parametrize("block_n,m", [(16, 1), (32, 1), (128, 4), (64, 16), (128, 16), (128, 32), (256, 32)])
+def test_forced_block_n(kernel, monkeypatch, block_n, m):
+    monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", str(block_n))
+    monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", "3")
+    check(kernel, m, 1000, 4096 + 64, torch.float8_e4m3fn, bias=True)
+
+
+def test_bad_overrides(kernel, monkeypatch):
+    a, b, sa, sb, bias, out_dtype = operands(32, 256, 512, torch.float8_e4m3fn)
+    monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", "48")
+    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_BLOCK_N must be 32 times a power of two"):
+        run(kernel, a, b, sa, sb, bias, out_dtype)
+    monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", "32")
+    with pytest.raises(RuntimeError, match="too narrow"):
+        run(kernel, a, b, sa, sb, bias, out_dtype)
+    monkeypatch.delenv("FP8DK_SKINNY_BLOCK_N")
+    monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", "two")
+    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_SPLIT_K must be a positive integer"):
+        run(kernel, a, b, sa, sb, bias, out_dtype)
+
+
+@pytest.mark.parametrize("split", (None, "4", "13"))
+@pytest.mark.parametrize("m,n,k", [(1, 2304, 16384), (8, 2304, 16384), (32, 2304, 16384), (5, 17, 1000)])
+def test_deterministic(kernel, monkeypatch, m, n, k, split):
+    """Ten runs are bitwise identical, with the default split and with split-K forced on (4: a cluster on
+    sm_90+, 13: the workspace and counters)."""
+    if split is not None:
+        monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", split)
+    a, b, sa, sb, bias, out_dtype = operands(m, n, k, torch.float8_e4m3fn, bias=True)
+    first = run(kernel, a, b, sa, sb, bias, out_dtype)
+    assert_gemm_close(first, a, b, sa, sb, bias, kernel.reference)
+    for _ in range(9):
+        assert_bitwise_equal(run(kernel, a, b, sa, sb, bias, out_dtype), first, "rerun")
+
+
+# ------------------------------------------------------------------------------------------ special values, size
+
+
+@FP8
+def test_nan_propagates(kernel, dtype):
+    """A NaN weight poisons its output column, a NaN activation its row (the f16 unpack keeps NaN)."""
+    m, n, k = 4, 64, 512
+    a, b, sa, sb, _, out_dtype = operands(m, n, k, dtype)
+    nan_byte = 0x80 if dtype == torch.float8_e4m3fnuz else 0x7F
+    a.view(torch.uint8)[1, 100] = nan_byte
+    b.view(torch.uint8)[37, 300] = nan_byte
+    out = run(kernel, a, b, sa, sb, None, out_dtype).float()
+    expect = torch.zeros(m, n, dtype=torch.bool, device="cuda")
+    expect[1, :] = True
+    expect[:, 37] = True
+    assert torch.equal(out.isnan(), expect)
+
+
+@FP8
+def test_extreme_values(kernel, dtype):
+    """Every FP8 encoding except NaN appears in b: max, min normal and subnormals unpack exactly."""
+    m, n, k = 3, 128, 256
+    codes = torch.arange(256, device="cuda", dtype=torch.int32)
+    nan = (codes == 0x80) if dtype == torch.float8_e4m3fnuz else ((codes & 0x7F) == 0x7F)
+    codes = codes[~nan].to(torch.uint8)
+    b = codes[torch.randint(len(codes), (n, k), device="cuda")].view(dtype)
+    a = codes[torch.randint(len(codes), (m, k), device="cuda")].view(dtype)
+    sa = torch.tensor([2.0**-10], device="cuda")
+    sb = torch.tensor([2.0**-6], device="cuda")
+    out = run(kernel, a, b, sa, sb, None, torch.float16)
+    assert_gemm_close(out, a, b, sa, sb, None, kernel.reference)
+
+
+def test_64bit_offsets(kernel):
+    """N * K > 2^31 FP8 weight bytes: rows past the 2 GiB mark land in the right place."""
+    m, n, k = 2, (1 << 31) // 16384 + 96, 16384
+    try:
+        b = torch.empty(n, k, dtype=torch.float8_e4m3fn, device="cuda")
+    except torch.OutOfMemoryError:
+        pytest.skip("not enough GPU memory for a 2.1 GB weight")
+    b.view(torch.uint8).random_(0, 0x7E)  # positive finite codes, no NaN
+    a = (torch.randn(m, k, device="cuda") * 4).to(torch.float8_e4m3fn)
+    s = torch.tensor([2.0**-8], device="cuda")
+    out = run(kernel, a, b, s, s, None, torch.float16)
+    for rows in (slice(0, 64), slice(n - 160, n)):
+        assert_gemm_close(out[:, rows], a, b[rows], s, s, None, kernel.reference)
+
+
+# ------------------------------------------------------------------------------------------ graphs, compile
+
+
+@pytest.mark.parametrize("m,n,k,split", [(1, 2304, 16384, None), (8, 2304, 16384, None), (32, 1000, 4096, None),
+                                         (32, 1000, 4096, "13")])
+@FP8
+def test_cuda_graph(kernel, monkeypatch, dtype, m, n, k, split):
+    """Captured and replayed with new values copied into the captured inputs: no split-K, split-K through a
+    cluster (sm_90+) and through the workspace (split 13 > 8: allocation and counter reset in the graph)."""
+    if split is not None:
+        monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", split)
+    a, b, sa, sb, bias, out_dtype = operands(m, n, k, dtype, bias=True)
+    out = poisoned((m, n), out_dtype, "cuda")
+    kernel.ops.skinny_gemm(out, a, b, sa, sb, bias)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernel.ops.skinny_gemm(out, a, b, sa, sb, bias)
+    for _ in range(3):
+        a2, b2, sa2, sb2, bias2, _ = operands(m, n, k, dtype, bias=True)
+        for dst, src in ((a, a2), (b, b2), (sa, sa2), (sb, sb2), (bias, bias2)):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
+
+
+@pytest.mark.parametrize("m", (3, 32))
+@pytest.mark.parametrize("dtype", (torch.float8_e4m3fn, torch.bfloat16), ids=("e4m3fn", "bf16"))
+def test_torch_compile_gpu(kernel, dtype, m):
+    """A linear-layer-like function around the Python wrapper compiles into one graph (fullgraph)."""
+    a, b, sa, sb, bias, out_dtype = operands(m, 2304, 2048, dtype, bias=True)
+
+    def linear(x, w, scale_a, scale_b, bias):
+        return kernel.skinny_gemm(x, w, scale_a, scale_b, bias, out_dtype=out_dtype) * 2
+
+    compiled = torch.compile(linear, fullgraph=True)
+    for _ in range(2):
+        got = compiled(a, b, sa, sb, bias)
+        assert_bitwise_equal(got, linear(a, b, sa, sb, bias), "compiled output")
+        a = operands(m, 2304, 2048, dtype)[0]

@@ -1,0 +1,30 @@
+#include <torch/all.h>
+#include <torch/library.h>
+
+#include "registration.h"
+#include "torch_binding.h"
+
+TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
+  ops.def("rms_norm(Tensor! out, Tensor input, Tensor weight, float eps, Tensor? scale) -> ()");
+  ops.def(
+      "fused_add_rms_norm(Tensor! out, Tensor input, Tensor! residual, Tensor weight, float eps, "
+      "Tensor? scale) -> ()");
+  ops.def("silu_and_mul(Tensor! out, Tensor input, Tensor? scale) -> ()");
+  ops.def(
+      "skinny_gemm(Tensor! out, Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, Tensor? bias) -> ()");
+
+#if defined(CPU_KERNEL)
+  ops.impl("rms_norm", torch::kCPU, &rms_norm);
+  ops.impl("fused_add_rms_norm", torch::kCPU, &fused_add_rms_norm);
+  ops.impl("silu_and_mul", torch::kCPU, &silu_and_mul);
+  ops.impl("skinny_gemm", torch::kCPU, &skinny_gemm);
+#elif defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+  // ROCm registers on kCUDA too: HIP tensors live on the "cuda" device in torch.
+  ops.impl("rms_norm", torch::kCUDA, &rms_norm);
+  ops.impl("fused_add_rms_norm", torch::kCUDA, &fused_add_rms_norm);
+  ops.impl("silu_and_mul", torch::kCUDA, &silu_and_mul);
+  ops.impl("skinny_gemm", torch::kCUDA, &skinny_gemm);
+#endif
+}
+
+REGISTER_EXTENSION(TORCH_EXTENSION_NAME)
