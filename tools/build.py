@@ -222,10 +222,6 @@ def compile_extension(ops_id: str, sources: list, backend: str, components: list
     # A killed build leaves cpp_extension's lock file behind, and the next build would wait on it forever.
     (ext_dir / "lock").unlink(missing_ok=True)
     ext_dir.mkdir(parents=True, exist_ok=True)
-    # nvcc's host compiler must be the C++ compiler of the .cpp files: cpp_extension hands nvcc $CC, and where
-    # $CC is another gcc than `c++` (as on the CUDA image we test on) the two inline different libstdc++
-    # internals into one library, and every TORCH_CHECK message that formats a number crashed.
-    os.environ["CC"] = cpp_extension.get_cxx_compiler()
     # cpp_extension applies one flag set to all sources, so the components' flags are merged.
     cpp_extension.load(
         name=ops_id,
@@ -240,6 +236,20 @@ def compile_extension(ops_id: str, sources: list, backend: str, components: list
         verbose=verbose,
     )
     return ext_dir / f"{ops_id}.so"
+
+
+def check_shares_libstdcxx(library: Path) -> None:
+    """The extension must use torch's libstdc++ (a shared libstdc++.so.6), never a copy linked into it: with two
+    libstdc++ in one process the locale facets disagree and formatting a number in an error message crashes.
+    Seen on a CUDA image whose $CXX wrapper (/opt/gcc) linked libstdc++ statically: every TORCH_CHECK message
+    with a number segfaulted; the system g++ fixed it (CC=gcc CXX=g++)."""
+    if shutil.which("readelf") is None:
+        return
+    dynamic = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout
+    if "libstdc++.so" not in dynamic:
+        raise BuildError(f"{library.name} does not link libstdc++.so dynamically: the C++ compiler "
+                         f"({cpp_extension.get_cxx_compiler()}) linked libstdc++ into it, which crashes next to "
+                         "torch's own; build with a compiler that links it dynamically, e.g. CC=gcc CXX=g++")
 
 
 def write_variant(config: dict, backend: str, archs: list, ops_id: str, library: Path, variant: str) -> Path:
@@ -295,6 +305,7 @@ def main() -> int:
     if args.compile_only:
         print(f"compiled {len(sources)} sources for {backend} ({', '.join(archs) or 'host'}) in {ext_dir}")
         return 0
+    check_shares_libstdcxx(library)
     print(write_variant(config, backend, archs, ops_id, library, variant))
     return 0
 

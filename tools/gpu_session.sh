@@ -81,7 +81,9 @@ install_wheels() {
 }
 
 stage_build() {
-  bounded "$BUILD_TIMEOUT" "$PYTHON" tools/build.py
+  # The image's default $CC/$CXX (/opt/gcc) link libstdc++ statically, which crashes next to torch's own
+  # (tools/build.py refuses such a library); the system gcc links it dynamically.
+  CC=gcc CXX=g++ bounded "$BUILD_TIMEOUT" "$PYTHON" tools/build.py
 }
 
 stage_tests() {

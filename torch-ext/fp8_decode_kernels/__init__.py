@@ -25,6 +25,7 @@ from . import layers, reference
 from ._ops import add_op_namespace_prefix, ops
 
 __all__ = [
+    "decoder",
     "fused_add_rms_norm",
     "layers",
     "native_fp8_dtype",
@@ -241,3 +242,7 @@ def _silu_and_mul_fake(out, input, scale):
 @torch.library.register_fake(add_op_namespace_prefix("skinny_gemm"))
 def _skinny_gemm_fake(out, a, b, scale_a, scale_b, bias):
     return None
+
+
+# Last: the FP8 decoder path builds on the functions above (importing it earlier would be circular).
+from . import decoder  # noqa: E402
