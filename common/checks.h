@@ -194,4 +194,23 @@ inline SkinnyGemmShape check_skinny_gemm_args(const at::Tensor& out, const at::T
   return {m, n, k, av.row_stride, bv.row_stride, ov.row_stride, fp8};
 }
 
+struct QuantizeFp8Shape {
+  RowView in;
+  RowView out;  // same rows and cols, its own row stride
+};
+
+// quantize_fp8: out (FP8, the input's shape) <- input / scale. The scale is not optional here.
+inline QuantizeFp8Shape check_quantize_fp8_args(const at::Tensor& out, const at::Tensor& input,
+                                                const at::Tensor& scale, const char* op) {
+  check_activation_dtype(input, op, "input");
+  const RowView in = row_view(input, op, "input");
+  TORCH_CHECK(out.sizes() == input.sizes(), op, ": out must have the input shape ", input.sizes(), ", got ",
+              out.sizes());
+  TORCH_CHECK(is_fp8(out.scalar_type()), op, ": out must be float8_e4m3fn or float8_e4m3fnuz, got ",
+              out.scalar_type());
+  check_same_device(out, input, op, "out", "input");
+  check_scale(scale, input, op, "scale");
+  return {in, row_view(out, op, "out")};
+}
+
 }  // namespace fp8dk

@@ -1,11 +1,25 @@
 // CUDA / ROCm rms_norm and fused_add_rms_norm (torch-ext/torch_binding.h): validates, picks the
 // configuration from the shape, the actual alignment and the device, and launches the kernels of
 // rmsnorm_kernels.cuh on the current stream. No host sync and no allocation: CUDA-graph safe.
+//
+// On NVIDIA sm_90+, few long rows take the cluster kernel: each row split over a thread-block cluster of 2, 4
+// or 8 CTAs (ctas_per_row below), with the same split of the row and the same sum order as the
+// one-CTA-per-row kernel, so the bytes out are the same either way. Environment override, read on every
+// call (tests and tuning):
+//   FP8DK_RMSNORM_CLUSTER  2, 4 or 8: that many CTAs per row wherever the row has a cluster split (rows to
+//                          which the one-CTA-per-row kernels give more than one warp, up to the long-row
+//                          kernel's 2 chunks, i.e. 4096 slots; CTAs past the row's warps idle) and the device
+//                          runs such clusters; 0 or 1: never (the one-CTA-per-row kernels); unset or empty:
+//                          the heuristic. Ignored on ROCm.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "common/checks.h"
 #include "common/device_info.h"
@@ -27,6 +41,14 @@ struct Launch {
   int blocks;
   int threads;
   int smem_bytes;
+  // The cluster kernel, tried first when `cluster` > 1 (NVIDIA): a row over `cluster` CTAs of
+  // `cluster_threads` threads, split over `row_threads` threads like the kernel above would split it, in
+  // `chunks` chunks (1: the register kernel's split, on the aligned path or not; 2: the long-row kernel's).
+  int cluster = 1;
+  int cluster_threads = 0;
+  int row_threads = 0;
+  int chunks = 0;
+  bool cluster_aligned = false;
 };
 
 // Whether rows `stride` elements apart, the first at `p`, all start on a `bytes` boundary.
@@ -42,13 +64,77 @@ bool all_aligned(const RmsNormParams& p, int out_elem_bytes) {
          fp8dk::is_aligned(p.weight, 2 * kVec) && (p.residual == nullptr || fp8dk::is_aligned(p.residual, 2 * kVec));
 }
 
+#if defined(FP8DK_NVIDIA)
+// Rows shorter than this many slots (8192 16-bit values: 56 KB of traffic per row of the fused op) stay on one
+// SM: splitting them saves less of one SM's streaming time than the cluster kernel's barrier phase costs (its
+// release arrive waits for the DSMEM stores, a round trip between SMs). A first guess, to be measured.
+constexpr int64_t kClusterMinRowSlots = 1024;
+// Each CTA of a cluster keeps at least this many warps of the row.
+constexpr int kClusterMinCtaWarps = 2;
+
+// FP8DK_RMSNORM_CLUSTER (top of the file): the CTAs per row it asks for, or -1 when unset or empty.
+int cluster_override() {
+  const char* v = std::getenv("FP8DK_RMSNORM_CLUSTER");
+  if (v == nullptr || *v == '\0') return -1;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  TORCH_CHECK(*end == '\0' && (x == 0 || x == 1 || x == 2 || x == 4 || x == 8),
+              "rms_norm: FP8DK_RMSNORM_CLUSTER must be 0, 1, 2, 4 or 8 (CTAs per row), got '", v, "'");
+  return static_cast<int>(x);
+}
+
+// CTAs per row on the cluster kernel (1: none) for `rows` rows of `slots` slots split over `row_threads`
+// threads. A row on one CTA streams all its bytes through one SM, so few rows leave most SMs idle and wait
+// on one SM's bandwidth and latency; a cluster of C CTAs cuts each SM's share of a row by C. The largest C
+// (a power of two, at most the portable 8) that still gives every CTA an SM of its own (rows * C <= SMs: more
+// CTAs than SMs only queue, with no less work for the busiest SM) and kClusterMinCtaWarps warps of the row.
+// On an H100/H200 (132 SMs), [rows, 16384] (512 threads per row): C = 8 up to 16 rows, 4 up to 33, 2 up to
+// 66, then one CTA per row.
+int ctas_per_row(int64_t rows, int64_t slots, int row_threads, int sms) {
+  if (row_threads == 0) return 1;  // no cluster split for this row
+  const int forced = cluster_override();
+  if (forced >= 0) return forced < 2 ? 1 : forced;
+  if (slots < kClusterMinRowSlots) return 1;
+  const int warps = row_threads / fp8dk::kWarpSize;
+  int ctas = 1;
+  for (int c = 2; c <= rn::kMaxClusterCtas; c *= 2) {
+    if (ceil_div(warps, c) < kClusterMinCtaWarps || rows * c > sms) break;
+    ctas = c;
+  }
+  return ctas;
+}
+
+// The cluster kernel's plan for a row that `l` (one CTA per row) splits as configure() decided: the same
+// row_threads, then the CTAs per row.
+void plan_cluster(const RmsNormParams& p, int64_t slots, bool aligned, int sms, Launch& l) {
+  if (l.kernel == Launch::Kernel::kLongRow) {
+    // The long-row kernel's split: kMaxThreads threads, chunks of kSlotsPerThread<false> slots per thread,
+    // over the row's slots counted as on the general path (a row start past a 16-byte boundary adds a slot).
+    const int64_t general_slots = ceil_div(p.hidden + rn::kSlotElems - 1, rn::kSlotElems);
+    const int64_t chunks = ceil_div(general_slots, int64_t(rn::kSlotsPerThread<false>) * rn::kMaxThreads);
+    if (chunks > rn::kMaxClusterChunks) return;
+    l.row_threads = rn::kMaxThreads;
+    l.chunks = static_cast<int>(chunks);
+    l.cluster_aligned = false;
+  } else if (p.threads_per_row > fp8dk::kWarpSize) {  // the register kernel, one block per row
+    l.row_threads = p.threads_per_row;
+    l.chunks = 1;
+    l.cluster_aligned = aligned;
+  } else {
+    return;  // short rows: several per block already
+  }
+  const int ctas = ctas_per_row(p.rows, slots, l.row_threads, sms);
+  if (ctas < 2 || p.rows > INT_MAX / ctas) return;
+  l.cluster = ctas;
+  l.cluster_threads = static_cast<int>(ceil_div(l.row_threads / fp8dk::kWarpSize, ctas)) * fp8dk::kWarpSize;
+}
+#endif
+
 // How a row is split (threads per row, slots per thread) depends on the hidden size and the alignment only,
-// so a row's reduction order is the same in any batch; the row count and the SM count size the grid.
-Launch configure(RmsNormParams& p, int out_elem_bytes) {
+// so a row's reduction order is the same in any batch; the row count and the SM count size the grid (and
+// whether the cluster kernel, which keeps the split, takes the rows).
+Launch configure_one_cta(RmsNormParams& p, bool aligned, int64_t slots, int sms) {
   Launch l{};
-  const bool aligned = all_aligned(p, out_elem_bytes);
-  // Slots per row: on the general path a row starting past a 16-byte boundary may need one more.
-  const int64_t slots = ceil_div(p.hidden + (aligned ? 0 : rn::kSlotElems - 1), rn::kSlotElems);
   const int slots_per_thread = aligned ? rn::kSlotsPerThread<true> : rn::kSlotsPerThread<false>;
   if (slots > (aligned ? rn::kMaxRegisterSlots<true> : rn::kMaxRegisterSlots<false>)) {
     // One block per row walking it in chunks; as much of the row as the device allows stays in shared memory.
@@ -70,7 +156,6 @@ Launch configure(RmsNormParams& p, int out_elem_bytes) {
     int shift = 0;
     while ((1 << shift) < group) ++shift;
     group = 1 << shift;
-    const int sms = fp8dk::multiprocessor_count();
     l.threads = kRowsBlockThreads;
     while (l.threads > fp8dk::kWarpSize && ceil_div(p.rows, l.threads >> shift) < sms) l.threads /= 2;
     p.group_shift = shift;
@@ -91,8 +176,82 @@ Launch configure(RmsNormParams& p, int out_elem_bytes) {
   return l;
 }
 
+Launch configure(RmsNormParams& p, int out_elem_bytes) {
+  const bool aligned = all_aligned(p, out_elem_bytes);
+  // Slots per row: on the general path a row starting past a 16-byte boundary may need one more.
+  const int64_t slots = ceil_div(p.hidden + (aligned ? 0 : rn::kSlotElems - 1), rn::kSlotElems);
+  const int sms = fp8dk::multiprocessor_count();
+  Launch l = configure_one_cta(p, aligned, slots, sms);
+#if defined(FP8DK_NVIDIA)
+  plan_cluster(p, slots, aligned, sms, l);
+#endif
+  return l;
+}
+
+#if defined(FP8DK_NVIDIA)
+cudaLaunchConfig_t cluster_config(int blocks, int threads, int ctas, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  attr->id = cudaLaunchAttributeClusterDimension;
+  attr->val.clusterDim.x = ctas;
+  attr->val.clusterDim.y = 1;
+  attr->val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return config;
+}
+
+// Whether `kernel` runs as clusters of `ctas` CTAs of `threads` threads on the current device: its code was
+// compiled for compute_90+ (below, its cluster primitives are the one-CTA fallback) and the occupancy
+// calculator fits at least one such cluster on the device. Cached per kernel, shape and device, so a call
+// costs a map lookup, not these queries.
+bool cluster_launchable(const void* kernel, int ctas, int threads) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, int>, bool> cache;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  const auto key = std::make_tuple(kernel, ctas, threads, device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    cudaFuncAttributes attrs;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
+    int clusters = 0;
+    if (attrs.ptxVersion >= 90) {
+      cudaLaunchAttribute attr;
+      const cudaLaunchConfig_t config = cluster_config(ctas, threads, ctas, nullptr, &attr);
+      C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    }
+    it = cache.emplace(key, clusters > 0).first;
+  }
+  return it->second;
+}
+
+// The cluster kernel for l's plan; false (nothing launched) where the device or the build cannot run it.
+template <class In, class Out, bool kResidual>
+bool launch_cluster(const RmsNormParams& p, const Launch& l, cudaStream_t stream) {
+  void (*kernel)(RmsNormParams) = l.chunks > 1        ? &fp8dk::rms_norm_cluster_kernel<In, Out, kResidual, false, 2>
+                                  : l.cluster_aligned ? &fp8dk::rms_norm_cluster_kernel<In, Out, kResidual, true, 1>
+                                                      : &fp8dk::rms_norm_cluster_kernel<In, Out, kResidual, false, 1>;
+  if (!cluster_launchable(reinterpret_cast<const void*>(kernel), l.cluster, l.cluster_threads)) return false;
+  RmsNormParams q = p;
+  q.threads_per_row = l.row_threads;
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t config =
+      cluster_config(static_cast<int>(p.rows) * l.cluster, l.cluster_threads, l.cluster, stream, &attr);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, q));
+  return true;
+}
+#endif
+
 template <class In, class Out, bool kResidual>
 void launch(const RmsNormParams& p, const Launch& l, cudaStream_t stream) {
+#if defined(FP8DK_NVIDIA)
+  if (l.cluster > 1 && launch_cluster<In, Out, kResidual>(p, l, stream)) return;
+#endif
   switch (l.kernel) {
     case Launch::Kernel::kAligned:
       fp8dk::rms_norm_kernel<In, Out, kResidual, true><<<l.blocks, l.threads, 0, stream>>>(p);

@@ -26,8 +26,13 @@
 //        per thread. Otherwise the general path above, 2 slots per thread.
 //   rms_norm_long_row_kernel       rows beyond what a block holds in registers: one block per row walks
 //        the row in chunks, keeping what fits in shared memory; the rest is re-read from global memory (L2).
+//   rms_norm_cluster_kernel        few long rows on NVIDIA sm_90+: a row that one of the kernels above gives a
+//        block of its own split over the 2-8 CTAs of a thread-block cluster (the long-row kernel's rows up to
+//        4096 slots, held in registers), the warps' sums exchanged through distributed shared memory; the
+//        same per-thread work and sum order as that kernel, so the same bytes.
 // Batch invariance: the reduction order depends on the hidden size and the input row's alignment, never on
-// the number of rows.
+// the number of rows (nor on whether a row takes the cluster kernel).
+#include "common/cluster.cuh"
 #include "common/numerics.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
@@ -65,6 +70,11 @@ constexpr int kSlotsPerThread = kAligned ? 4 : 2;
 // Largest row the register kernel takes: one block of kMaxThreads threads.
 template <bool kAligned>
 constexpr int kMaxRegisterSlots = kSlotsPerThread<kAligned> * kMaxThreads;
+// Cluster kernel: a row's threads (at most kMaxThreads) over 2 to 8 CTAs (8: the portable cluster size), so a
+// CTA has at most half of kMaxThreads. Rows of the long-row kernel are taken up to kMaxClusterChunks chunks.
+constexpr int kMaxClusterCtas = 8;
+constexpr int kMaxClusterCtaThreads = kMaxThreads / 2;
+constexpr int kMaxClusterChunks = 2;
 
 // ------------------------------------------------------------------ formats
 
@@ -285,47 +295,61 @@ struct Row {
   }
 };
 
-// Loads slots slot0 + j * stride (j < R::kSlots) of the row into v: x, or for the fused op r = x + residual,
-// written back to the residual. Every load is issued before the first add, so a thread has all its bytes in
-// flight at once.
-template <Access kInput, class R>
-FP8DK_DEVICE void load_row(const R& row, int slot0, int stride, Pack<16> (&v)[R::kSlots]) {
+// Loads slots slot0 + j * stride (j < N, usually R::kSlots) of the row into v: x, or for the fused op
+// r = x + residual, written back to the residual (unless kStoreResidual is false: the caller stores it later
+// with store_residual). Every load is issued before the first add, so a thread has all its bytes in flight
+// at once.
+template <Access kInput, bool kStoreResidual = true, class R, int N>
+FP8DK_DEVICE void load_row(const R& row, int slot0, int stride, Pack<16> (&v)[N]) {
 #pragma unroll
-  for (int j = 0; j < R::kSlots; ++j) {
+  for (int j = 0; j < N; ++j) {
     const int k = slot0 + j * stride;
     v[j] = load_slot<kInput, R::kAligned>(row.in, row.first_column(k), row.cols, row.whole(k));
   }
   if constexpr (R::kResidual) {
-    Pack<16> res[R::kSlots];
+    Pack<16> res[N];
 #pragma unroll
-    for (int j = 0; j < R::kSlots; ++j) {
+    for (int j = 0; j < N; ++j) {
       const int k = slot0 + j * stride;
       res[j] = load_slot<Access::kWritten, R::kAligned>(row.res, row.first_column(k), row.cols,
                                                         row.whole(k) && row.res_vector);
     }
 #pragma unroll
-    for (int j = 0; j < R::kSlots; ++j) {
+    for (int j = 0; j < N; ++j) {
       const int k = slot0 + j * stride;
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[j].w[i] = add2<typename R::In>(v[j].w[i], res[j].w[i]);
+      if constexpr (kStoreResidual) {
+        store_slot<R::kAligned>(row.res, row.first_column(k), row.cols, row.whole(k) && row.res_vector, v[j]);
+      }
+    }
+  }
+}
+
+template <class R, int N>
+FP8DK_DEVICE void store_residual(const R& row, int slot0, int stride, const Pack<16> (&v)[N]) {
+  if constexpr (R::kResidual) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      const int k = slot0 + j * stride;
       store_slot<R::kAligned>(row.res, row.first_column(k), row.cols, row.whole(k) && row.res_vector, v[j]);
     }
   }
 }
 
-template <class R>
-FP8DK_DEVICE void load_weight(const R& row, int slot0, int stride, Pack<16> (&w)[R::kSlots]) {
+template <class R, int N>
+FP8DK_DEVICE void load_weight(const R& row, int slot0, int stride, Pack<16> (&w)[N]) {
 #pragma unroll
-  for (int j = 0; j < R::kSlots; ++j) {
+  for (int j = 0; j < N; ++j) {
     const int k = slot0 + j * stride;
     w[j] = load_slot<Access::kCached, R::kAligned>(row.weight, row.first_column(k), row.cols,
                                                    row.whole(k) && row.weight_vector);
   }
 }
 
-// Sum of squares of n slots: one fp32 chain per slot, then a pairwise sum (short dependency chains).
+// Sum of squares of N slots: one fp32 chain per slot, then a pairwise sum (short dependency chains).
 template <class In, int N>
-FP8DK_DEVICE float sum_squares(const Pack<16> (&v)[N]) {
+FP8DK_DEVICE float sum_squares(const Pack<16>* v) {
   float part[N];
 #pragma unroll
   for (int j = 0; j < N; ++j) {
@@ -345,6 +369,11 @@ FP8DK_DEVICE float sum_squares(const Pack<16> (&v)[N]) {
     for (int j = 0; j < width; ++j) part[j] += part[j + width];
   }
   return part[0];
+}
+
+template <class In, int N>
+FP8DK_DEVICE float sum_squares(const Pack<16> (&v)[N]) {
+  return sum_squares<In, N>(&v[0]);
 }
 
 // Hides the values of v from the optimizer at this point. Placed after the reduction, it stops the compiler
@@ -373,6 +402,44 @@ FP8DK_DEVICE float group_sum(float v, int group) {
     if (mask < group) v += shfl_xor(v, mask);
   }
   return v;
+}
+
+// Sum of v over the first `threads` threads of a row split over the CTAs of a cluster (`threads` a multiple
+// of the warp size; the row's thread t is thread t % blockDim.x of rank t / blockDim.x), returned to every
+// thread, in block_sum's order: the warp butterfly, then the warps' sums added one by one in warp order from
+// 0. A row split over a cluster thus gets the sum a single block of `threads` threads gets, bit for bit.
+// Each warp writes its sum into slot `warp` of `warp_sums` in every CTA of the cluster (DSMEM stores, one
+// lane per CTA); after one barrier phase every CTA holds all the sums in its own shared memory and reads
+// them locally. No shared memory is touched remotely after that phase, so CTAs may exit at once.
+// The caller has called cluster_arrive_relaxed() once, early in the kernel: the wait here pairs with it and
+// makes sure every CTA runs (its shared memory exists) before the remote stores; it costs nothing by then.
+// The phase after the stores is a release arrive: it waits for this thread's earlier memory operations, so
+// the caller keeps global stores until after this returns.
+FP8DK_DEVICE float cluster_row_sum(float v, int threads, float* warp_sums) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x) / kWarpSize;
+  const int warps = threads / kWarpSize;
+  v = warp_sum(v);  // every lane holds the warp's sum (a butterfly: lane order does not matter, a + b == b + a)
+  cluster_wait();
+  if (lane < static_cast<int>(cluster_ctas()) && warp < warps) store_cluster_shared(warp_sums + warp, lane, v);
+  cluster_sync();
+  // Every slot of warp_sums is read and the ones past the row's warps are replaced by +0, which leaves the
+  // sum unchanged (it is >= +0, inf or NaN): the loads have no branches and may be merged.
+  float total = 0.f;
+#pragma unroll
+  for (int i = 0; i < kMaxWarps; ++i) {
+    const float s = warp_sums[i];
+    total += i < warps ? s : 0.f;
+  }
+  return total;
+}
+
+FP8DK_DEVICE void trap() {
+#if defined(FP8DK_AMD)
+  __builtin_trap();
+#else
+  __trap();
+#endif
 }
 
 FP8DK_DEVICE float inv_rms(float sum_sq, int hidden, float eps) {
@@ -408,12 +475,23 @@ template <class Out>
 struct Scale {
   float value = 0.f, rcp = 0.f;
 
-  FP8DK_DEVICE explicit Scale(const float* scale) {
+  // The scale as stored (FP8 out; 0 otherwise). rcp_rn waits for the value and branches on it, and the
+  // machine code issues no load that comes after that wait in program order before it: a Scale built before
+  // the row's loads holds them back by the scale's latency (an L2 round trip). So a kernel may read the value
+  // first and build the Scale from it once its loads are in flight.
+  static FP8DK_DEVICE float read(const float* scale) {
+    if constexpr (kFp8Out<Out>) return *scale;
+    return 0.f;
+  }
+
+  FP8DK_DEVICE explicit Scale(float scale_value) {
     if constexpr (kFp8Out<Out>) {
-      value = *scale;
+      value = scale_value;
       rcp = rcp_rn(value);
     }
   }
+
+  FP8DK_DEVICE explicit Scale(const float* scale) : Scale(read(scale)) {}
 
   FP8DK_DEVICE float divide(float y) const {
     const float q = y * rcp;
@@ -459,7 +537,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
   using namespace rmsnorm;
   using R = Row<In, Out, kResidual, kAligned>;
   __shared__ float scratch[kMaxWarps];
-  const Scale<Out> scale(p.scale);
+  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the loads (Scale::read)
   const int lane = threadIdx.x & p.lane_mask;
   const R row(p, int64_t(blockIdx.x) * p.rows_per_block + (threadIdx.x >> p.group_shift));
 
@@ -472,6 +550,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
   // and weight registers together exceed the 64 a 1024-thread block allows.
   load_weight(row, lane, p.threads_per_row, w);
   keep_packed(v);
+  const Scale<Out> scale(scale_value);
   const float inv = inv_rms(total, p.hidden, p.eps);
 #pragma unroll
   for (int j = 0; j < R::kSlots; ++j) normalize_store(row, lane + j * p.threads_per_row, v[j], w[j], inv, scale);
@@ -488,7 +567,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
   using R = Row<In, Out, kResidual, false>;
   extern __shared__ Pack<16> staged[];
   __shared__ float scratch[kMaxWarps];
-  const Scale<Out> scale(p.scale);
+  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the first pass (Scale::read)
   const R row(p, blockIdx.x);
   const int threads = blockDim.x, chunk = threads * R::kSlots;
 
@@ -504,6 +583,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
     }
   }
   const float inv = inv_rms(block_sum(sum, scratch), p.hidden, p.eps);
+  const Scale<Out> scale(scale_value);
 
   for (int slot0 = threadIdx.x; slot0 < row.slots(); slot0 += chunk) {
     Pack<16> v[R::kSlots], w[R::kSlots];
@@ -523,6 +603,51 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 #pragma unroll
     for (int j = 0; j < R::kSlots; ++j) normalize_store(row, slot0 + j * threads, v[j], w[j], inv, scale);
   }
+}
+
+// Few long rows on NVIDIA sm_90+: each row split over the CTAs of a thread-block cluster (one cluster per
+// row), so that its bytes move through that many SMs instead of one. The launcher plans the split of a row
+// exactly as the one-CTA-per-row kernel of that row does: p.threads_per_row threads T, slot k with thread
+// k % T; the cluster supplies the T threads (rank r runs threads r * blockDim.x .., those past T idle).
+//   kChunks == 1: rms_norm_kernel's split (rows with T > warp size threads), R::kSlots slots per thread;
+//   kChunks == 2: rms_norm_long_row_kernel's split (T = kMaxThreads, chunks of 2 slots whose sums are added
+//     one after the other) of general-path rows of up to 2 * 2 * kMaxThreads slots, held in registers here.
+// The per-thread sums are those kernels' and cluster_row_sum adds them in block_sum's order, so every output
+// is bitwise the one of the kernel the row would take otherwise: batch invariance holds across the paths.
+// Differences that do not touch the numbers:
+//   - the weight is loaded up front with the row (CTAs of at most 512 threads have the registers), so its
+//     latency overlaps the row's instead of following the reduction; the FP8 scale too (Scale::read);
+//   - the residual is stored after the reduction (see cluster_row_sum: its release would wait for it).
+// Without clusters (cluster_ctas() == 1) this is a one-CTA-per-row kernel of the same split; a launch whose
+// cluster does not supply T threads traps rather than compute a wrong row.
+template <class In, class Out, bool kResidual, bool kAligned, int kChunks>
+__global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_cluster_kernel(const RmsNormParams p) {
+  using namespace rmsnorm;
+  static_assert(kChunks == 1 || (!kAligned && kChunks <= kMaxClusterChunks),
+                "the long-row kernel's split (kChunks > 1) runs on the general path");
+  using R = Row<In, Out, kResidual, kAligned>;
+  constexpr int kSlots = R::kSlots * kChunks;
+  __shared__ float warp_sums[kMaxWarps];
+  cluster_arrive_relaxed();  // this CTA runs: the others may store into its shared memory once they waited
+  const int threads = p.threads_per_row;
+  if (static_cast<int>(blockDim.x * cluster_ctas()) < threads) trap();
+  const float scale_value = Scale<Out>::read(p.scale);
+  const int t = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x);
+  const R row(p, t < threads ? int64_t(cluster_index()) : p.rows);  // an idle thread gets no row
+
+  Pack<16> v[kSlots], w[kSlots];
+  load_weight(row, t, threads, w);
+  load_row<Access::kStream, false>(row, t, threads, v);
+  float sum = sum_squares<In, R::kSlots>(&v[0]);
+#pragma unroll
+  for (int c = 1; c < kChunks; ++c) sum += sum_squares<In, R::kSlots>(&v[c * R::kSlots]);
+  const float total = cluster_row_sum(sum, threads, warp_sums);
+  store_residual(row, t, threads, v);  // after the reduction, whose release would wait for these stores
+  keep_packed(v);
+  const Scale<Out> scale(scale_value);
+  const float inv = inv_rms(total, p.hidden, p.eps);
+#pragma unroll
+  for (int j = 0; j < kSlots; ++j) normalize_store(row, t + j * threads, v[j], w[j], inv, scale);
 }
 
 }  // namespace fp8dk

@@ -3,7 +3,9 @@
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python tests/sanitizer_rmsnorm.py
 
 One call per GPU kernel path (aligned rows, odd hidden sizes, row strides, misaligned base pointers, rows
-beyond registers and beyond shared memory, both FP8 flavours, zero rows). With torch's caching allocator off,
+beyond registers and beyond shared memory, both FP8 flavours, zero rows; on NVIDIA sm_90+ rows split over
+thread-block clusters of 2, 4 and 8 CTAs, forced with FP8DK_RMSNORM_CLUSTER, while the one-CTA cases force
+it off so that they keep covering their kernels). With torch's caching allocator off,
 every tensor is its own exactly sized allocation, so memcheck reports any access past a tensor's last
 element; writes past a view's rows into its padding are caught here by comparing the padding. Prints one
 line per call and exits non-zero on a wrong result (loose check: the pytest suite has the exact rule).
@@ -18,6 +20,7 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REPO_ID = "fp8-decode-kernels/fp8-decode-kernels"
 EPS = 1e-6
+CLUSTER_ENV = "FP8DK_RMSNORM_CLUSTER"
 
 
 def load_kernel():
@@ -71,10 +74,10 @@ def main() -> int:
     dev = "cuda"
     fn, fnuz = torch.float8_e4m3fn, torch.float8_e4m3fnuz
     scale = torch.tensor([0.02], device=dev)
-    cases = []  # (name, shape, dtype, out dtype, fused, how the tensors are laid out)
+    cases = []  # (name, shape, dtype, out dtype, fused, how the tensors are laid out, FP8DK_RMSNORM_CLUSTER)
     for fused in (False, True):
         op = "fused" if fused else "rms_norm"
-        cases += [
+        one_cta = [
             (f"{op} aligned 16x4096 fp16->e4m3fn", (16, 4096), torch.float16, fn, fused, "contiguous"),
             (f"{op} aligned 3x16384 bf16->e4m3fnuz", (3, 16384), torch.bfloat16, fnuz, fused, "contiguous"),
             (f"{op} odd hidden 33x7 fp16->fp16", (33, 7), torch.float16, None, fused, "contiguous"),
@@ -87,8 +90,27 @@ def main() -> int:
             (f"{op} long row 2x40001 fp16->e4m3fn", (2, 40001), torch.float16, fn, fused, "contiguous"),
             (f"{op} long row past smem 1x200003 bf16->e4m3fnuz", (1, 200003), torch.bfloat16, fnuz, fused, "offset"),
         ]
+        cases += [(*case, "0") for case in one_cta]
+        cases += [
+            (f"{op} cluster of 4 aligned 3x16384 bf16->e4m3fn", (3, 16384), torch.bfloat16, fn, fused,
+             "contiguous", "4"),
+            (f"{op} cluster of 8 long-row split 2x16385 fp16->e4m3fnuz", (2, 16385), torch.float16, fnuz, fused,
+             "contiguous", "8"),
+            (f"{op} cluster of 2 strided in+5 out+3 5x8192 bf16->bf16", (5, 8192), torch.bfloat16, None, fused,
+             "padded", "2"),
+            (f"{op} cluster of 8 misaligned bases 3x16384 fp16->e4m3fn", (3, 16384), torch.float16, fn, fused,
+             "offset", "8"),
+            (f"{op} cluster of 8 idle CTAs 4x1001 fp16->e4m3fn", (4, 1001), torch.float16, fn, fused,
+             "contiguous", "8"),
+            (f"{op} cluster heuristic 1x16384 bf16->e4m3fn", (1, 16384), torch.bfloat16, fn, fused,
+             "contiguous", None),
+        ]
     ok = True
-    for name, shape, dtype, out_dtype, fused, layout in cases:
+    for name, shape, dtype, out_dtype, fused, layout, cluster in cases:
+        if cluster is None:
+            os.environ.pop(CLUSTER_ENV, None)
+        else:
+            os.environ[CLUSTER_ENV] = cluster
         torch.manual_seed(0)
         x = 2 * torch.randn(shape, dtype=dtype, device=dev)
         weight = torch.randn(shape[-1], dtype=dtype, device=dev)

@@ -64,7 +64,8 @@ def test_kernels_benchmark_cli_verifies_every_workload(tmp_path):
     runs each workload's verify (allclose, fatal on mismatch) and writes the JSON payload."""
     load_kernel(None)  # the same build the CLI will pick, or a skip/fail with the build hint
     script_names = {p.name for p in BENCHMARKS.glob("benchmark*.py")}
-    assert script_names == {"benchmark_rmsnorm.py", "benchmark_swiglu.py", "benchmark_skinny_gemm.py"}
+    assert script_names == {"benchmark_rmsnorm.py", "benchmark_swiglu.py", "benchmark_skinny_gemm.py",
+                            "benchmark_quant_fp8.py"}
     output = tmp_path / "results.json"
     cmd = [sys.executable, "-c", "import sys; from kernels.cli import main; sys.exit(main())", "benchmark",
            str(REPO_ROOT), "--iterations", "2", "--warmup", "1", "--output", str(output)]

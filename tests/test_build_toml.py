@@ -9,9 +9,9 @@ import pytest
 
 from .helpers import REPO_ROOT
 
-SOURCE_DIRS = ("common", "rmsnorm_fp8", "swiglu_fp8", "skinny_gemm", "torch-ext")
+SOURCE_DIRS = ("common", "rmsnorm_fp8", "swiglu_fp8", "skinny_gemm", "quant_fp8", "torch-ext")
 SOURCE_SUFFIXES = {".cu", ".cuh", ".h", ".hpp", ".cpp", ".c"}
-KERNEL_DIRS = ("rmsnorm_fp8", "swiglu_fp8", "skinny_gemm")
+KERNEL_DIRS = ("rmsnorm_fp8", "swiglu_fp8", "skinny_gemm", "quant_fp8")
 BACKENDS = ("cpu", "cuda", "rocm")
 # kernel-builder generates it (tools/build.py under build/); a committed copy would shadow the generated one.
 GENERATED = Path("torch-ext/registration.h")

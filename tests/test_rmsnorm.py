@@ -21,10 +21,15 @@ EPS = 1e-6
 
 
 def assert_norm_matches(out, ref):
-    """The shared rule, with 2 ulp for 16-bit outputs: when another fp32 summation order flips the rounding of
-    the normalized value (1 ulp of it), `weight * normed` can land 2 ulp away once |weight| carries the
-    difference across a binade of the output. FP8 is far coarser than that: 1 ulp."""
-    assert_matches_reference(out, ref, max_ulps=1 if out.element_size() == 1 else 2)
+    """The shared rule, with 2 ulp on up to 0.5% of the elements for 16-bit outputs: another fp32 summation
+    order moves 1/rms by ~1e-6 relative, which flips a bf16 rounding (ulp 2^-8) with probability ~5e-4, and the
+    transformers order rounds twice (normalized value, then `weight * normed`, which can land 2 ulp away once
+    |weight| carries the difference across a binade). Measured on an H200: 40 of 32768 bf16 elements (0.12%)
+    in one [8, 4096] case. FP8 is far coarser than that: 1 ulp on 0.1%."""
+    if out.element_size() == 1:
+        assert_matches_reference(out, ref, max_ulps=1)
+    else:
+        assert_matches_reference(out, ref, max_ulps=2, max_fraction=0.005)
 
 
 def make_inputs(shape, dtype, device):

@@ -1,11 +1,15 @@
 """rms_norm and fused_add_rms_norm on the GPU (CUDA or ROCm) against reference.py evaluated on the CPU.
 
 test_rmsnorm.py runs the op contract on every device; this file covers what only the GPU kernels have:
-their three paths (aligned rows in registers, rows with a peeled head / predicated tail, rows longer than a
-block holds, staged in shared memory and beyond it), the shapes of the decode benchmarks, every kind of
-alignment a row start can have, CUDA graphs, torch.compile and run-to-run determinism. The reference runs
-on CPU copies: its correctly rounded rsqrt is the definition (torch's CUDA rsqrt is an approximation).
-Skips without a GPU.
+their paths (aligned rows in registers, rows with a peeled head / predicated tail, rows longer than a
+block holds, staged in shared memory and beyond it, and on NVIDIA sm_90+ few long rows split over a
+thread-block cluster), the shapes of the decode benchmarks, every kind of alignment a row start can have,
+CUDA graphs, torch.compile and run-to-run determinism. The reference runs on CPU copies: its correctly
+rounded rsqrt is the definition (torch's CUDA rsqrt is an approximation). Skips without a GPU.
+
+The cluster kernel is picked per call by a heuristic (few rows); FP8DK_RMSNORM_CLUSTER (rmsnorm.cu) forces
+it (2, 4, 8 CTAs per row) or the one-CTA-per-row kernels (0). Both give the same bytes by design, which the
+cluster tests check bit for bit, besides the reference.
 """
 
 import pytest
@@ -36,6 +40,28 @@ DTYPES = pytest.mark.parametrize("dtype", DTYPES_16BIT, ids=str)
 def device() -> str:
     """Every test here runs on the GPU only (conftest's `kernel` fixture picks the GPU variant from this)."""
     return "cuda"
+
+
+CLUSTER_ENV = "FP8DK_RMSNORM_CLUSTER"
+
+
+def has_clusters() -> bool:
+    """Whether the cluster kernel can run here: NVIDIA (not ROCm) with compute capability 9.0 or newer."""
+    return HAS_GPU and torch.version.hip is None and torch.cuda.get_device_capability()[0] >= 9
+
+
+needs_clusters = pytest.mark.skipif(not has_clusters(), reason="thread-block clusters need NVIDIA sm_90+")
+
+
+@pytest.fixture
+def cluster_env(request, monkeypatch):
+    """Sets FP8DK_RMSNORM_CLUSTER for the test (indirect parametrization: None leaves the heuristic)."""
+    value = getattr(request, "param", None)
+    if value is None:
+        monkeypatch.delenv(CLUSTER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CLUSTER_ENV, value)
+    return value
 
 
 def scale_for(kernel, x, residual, weight, out_dtype):
@@ -194,11 +220,14 @@ def test_misaligned_base(kernel, dtype, out_dtype, shape, offsets, fused):
 
 
 @FUSED
-@pytest.mark.parametrize("shape", [(4, 64), (8, 4096), (16, 16385), (2, 40001)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", [(4, 64), (8, 4096), (16, 16385), (2, 40001), (3, 16384)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("out_dtype", [None, torch.float8_e4m3fn, torch.float8_e4m3fnuz], ids=QUANT_IDS)
-def test_cuda_graph(kernel, out_dtype, shape, fused):
+@pytest.mark.parametrize("cluster_env", [None, "0", "4"], ids=["auto", "one-cta", "cluster4"], indirect=True)
+def test_cuda_graph(kernel, cluster_env, out_dtype, shape, fused):
     """Captured once, replayed with new inputs and a new scale copied into the captured buffers: each replay
-    matches the reference of its own inputs (the scale is read on the device, not baked in)."""
+    matches the reference of its own inputs (the scale is read on the device, not baked in). On every path:
+    the cluster kernel's launch (cudaLaunchKernelEx with a cluster attribute) is captured too."""
     dtype = torch.bfloat16
     x, weight = make_inputs(shape, dtype, "cuda")
     residual = torch.randn(shape, dtype=dtype, device="cuda")
@@ -285,10 +314,13 @@ def test_deterministic(kernel, shape, fused):
     assert_bitwise_equal(residuals[1], residuals[0], "second run's residual")
 
 
-@pytest.mark.parametrize("hidden", [64, 1000, 4096, 16384])
-def test_batch_invariant(kernel, hidden):
+@pytest.mark.parametrize("hidden", [64, 1000, 4096, 16384, 16385, 32768])
+@pytest.mark.parametrize("cluster_env", [None], ids=["auto"], indirect=True)
+def test_batch_invariant(kernel, cluster_env, hidden):
     """A row gives the same 16-bit bytes alone as inside a batch of any size: the split of a row over threads,
-    hence its reduction order, depends on the hidden size only (for rows on 16-byte boundaries)."""
+    hence its reduction order, depends on the hidden size (and the row's alignment, the same here: the rows
+    are the same memory) only. On NVIDIA sm_90+ the small batches of long rows take the cluster kernel and
+    the 600-row batch does not, so this also compares the two paths."""
     x, weight = make_inputs((600, hidden), torch.bfloat16, "cuda")
     full = torch.empty_like(x)
     kernel.ops.rms_norm(full, x, weight, EPS, None)
@@ -296,3 +328,184 @@ def test_batch_invariant(kernel, hidden):
         part = torch.empty_like(x[:rows])
         kernel.ops.rms_norm(part, x[8:8 + rows], weight, EPS, None)
         assert_bitwise_equal(part, full[8:8 + rows], f"rows 8..{8 + rows} run as a batch of {rows}")
+
+
+# ------------------------------------------------------------------------------------------ cluster kernel
+
+# Rows that take the cluster kernel when forced (a row the one-CTA kernels give more than one warp, up to the
+# long-row kernel's 4096 slots): aligned rows (16384: 512 threads per row; 8192: 256; 4096: 128, so 4 of 8
+# CTAs idle; 5120: 160, 5 warps over 2 or 4 CTAs leave part of a CTA idle; 32768: 1024), odd sizes on the
+# general path (16385 and 24577: the long-row kernel's split, 2 chunks; 1001: 64 threads).
+CLUSTER_SHAPES = [(1, 16384), (3, 16384), (17, 16384), (32, 16384), (1, 16385), (32, 16385), (5, 24577),
+                  (2, 32768), (7, 8192), (4, 4096), (9, 1001), (6, 5120)]
+CLUSTER_SIZES = pytest.mark.parametrize("ctas", ["2", "4", "8"], ids=lambda c: f"cluster{c}")
+
+
+def run_op(kernel, fused, out, x, residual, weight, scale):
+    if fused:
+        kernel.ops.fused_add_rms_norm(out, x, residual, weight, EPS, scale)
+    else:
+        kernel.ops.rms_norm(out, x, weight, EPS, scale)
+
+
+def same_layout_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` with its sizes, strides and offset into a copy of its buffer: the same alignment, which
+    picks the kernel path (aligned or not), hence the split of a row, hence the bytes."""
+    base = t if t._base is None else t._base
+    assert base.is_contiguous() and base.storage_offset() == 0
+    return base.clone().as_strided(t.size(), t.stride(), t.storage_offset())
+
+
+def check_against_one_cta(kernel, monkeypatch, ctas, x, weight, out, residual=None, scale=None):
+    """Runs the op with `ctas` CTAs per row forced into `out` (poisoned by the caller) and checks it against
+    the reference (and the residual bit for bit), then runs the one-CTA-per-row kernels on the same inputs,
+    into tensors laid out like `out` and the residual, and checks that every byte agrees."""
+    one_cta = same_layout_copy(out)
+    one_cta_residual = None if residual is None else same_layout_copy(residual)
+    monkeypatch.setenv(CLUSTER_ENV, ctas)
+    run_and_check(kernel, x, weight, out, residual, scale)
+    monkeypatch.setenv(CLUSTER_ENV, "0")
+    run_op(kernel, residual is not None, one_cta, x, one_cta_residual, weight, scale)
+    assert_bitwise_equal(out, one_cta, "out (cluster vs one CTA per row)")
+    if residual is not None:
+        assert_bitwise_equal(residual, one_cta_residual, "residual (cluster vs one CTA per row)")
+
+
+@needs_clusters
+@FUSED
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@OUT_DTYPES
+@DTYPES
+@CLUSTER_SIZES
+def test_cluster_shapes(kernel, monkeypatch, ctas, dtype, out_dtype, shape, fused):
+    """Rows 1..32 split over clusters of 2, 4 and 8 CTAs: the reference's bytes (within the rule) and exactly
+    the one-CTA-per-row kernels' bytes, poisoned outputs fully written."""
+    x, weight = make_inputs(shape, dtype, "cuda")
+    residual = torch.randn(shape, dtype=dtype, device="cuda") if fused else None
+    scale = scale_for(kernel, x, residual, weight, out_dtype)
+    out = poisoned(shape, out_dtype or dtype, "cuda")
+    check_against_one_cta(kernel, monkeypatch, ctas, x, weight, out, residual, scale)
+
+
+@needs_clusters
+@FUSED
+@pytest.mark.parametrize("pad_in,pad_out", [(8, 0), (5, 3), (1, 7)], ids=["in+8", "in+5,out+3", "in+1,out+7"])
+@pytest.mark.parametrize("hidden", [8192, 16384, 16385])
+@pytest.mark.parametrize("out_dtype", [None, torch.float8_e4m3fn], ids=["16bit", "e4m3fn"])
+@CLUSTER_SIZES
+def test_cluster_row_strides(kernel, monkeypatch, ctas, out_dtype, hidden, pad_in, pad_out, fused):
+    """Row-padded input and out on the cluster kernel: rows that keep 16-byte alignment (+8) and rows that each
+    start at another alignment (general path, element-wise head and tail); out's padding stays untouched."""
+    shape, dtype = (5, hidden), torch.bfloat16
+    x, weight = make_inputs(shape, dtype, "cuda")
+    x = row_padded(x, pad=pad_in)
+    residual = torch.randn(shape, dtype=dtype, device="cuda") if fused else None
+    scale = scale_for(kernel, x, residual, weight, out_dtype)
+    out = row_padded(poisoned(shape, out_dtype or dtype, "cuda"), pad=pad_out) if pad_out else \
+        poisoned(shape, out_dtype or dtype, "cuda")
+    padding = out._base[..., hidden:].clone() if pad_out else None
+    check_against_one_cta(kernel, monkeypatch, ctas, x, weight, out, residual, scale)
+    if pad_out:
+        assert_bitwise_equal(out._base[..., hidden:], padding, "out's row padding")
+
+
+@needs_clusters
+@FUSED
+@pytest.mark.parametrize("offsets", [(1, 1, 1, 0), (1, 0, 0, 0), (2, 6, 4, 7)],
+                         ids=lambda o: "in{}-res{}-out{}-w{}".format(*o))
+@pytest.mark.parametrize("shape", [(4, 16384), (6, 16385)], ids=lambda s: f"{s[0]}x{s[1]}")
+@CLUSTER_SIZES
+def test_cluster_misaligned_base(kernel, monkeypatch, ctas, shape, offsets, fused):
+    """Base pointers off 16-byte boundaries (one shared misalignment, and streams that disagree with the
+    input) on the cluster kernel."""
+    in_off, res_off, out_off, w_off = offsets
+    dtype, out_dtype = torch.float16, torch.float8_e4m3fn
+    x, weight = make_inputs(shape, dtype, "cuda")
+    x, weight = misaligned(x, in_off), misaligned(weight, w_off)
+    residual = misaligned(torch.randn(shape, dtype=dtype, device="cuda"), res_off) if fused else None
+    scale = scale_for(kernel, x, residual, weight, out_dtype)
+    out = misaligned(poisoned(shape, out_dtype, "cuda"), out_off)
+    check_against_one_cta(kernel, monkeypatch, ctas, x, weight, out, residual, scale)
+
+
+@needs_clusters
+@pytest.mark.parametrize("rows", [1, 2, 5, 16, 17, 32, 33, 64, 67, 200])
+def test_cluster_heuristic_rows(kernel, monkeypatch, rows):
+    """The heuristic's choice at each row count (clusters of 8, 4, 2, then none on a 132-SM GPU) gives the
+    one-CTA-per-row kernels' bytes."""
+    monkeypatch.delenv(CLUSTER_ENV, raising=False)
+    shape, dtype = (rows, 16384), torch.bfloat16
+    x, weight = make_inputs(shape, dtype, "cuda")
+    residual = torch.randn(shape, dtype=dtype, device="cuda")
+    scale = scale_for(kernel, x, residual, weight, torch.float8_e4m3fn)
+    out, residual_auto = poisoned(shape, torch.float8_e4m3fn, "cuda"), residual.clone()
+    run_op(kernel, True, out, x, residual_auto, weight, scale)
+    monkeypatch.setenv(CLUSTER_ENV, "0")
+    want, residual_one = poisoned(shape, torch.float8_e4m3fn, "cuda"), residual.clone()
+    run_op(kernel, True, want, x, residual_one, weight, scale)
+    assert_bitwise_equal(out, want, "out (heuristic vs one CTA per row)")
+    assert_bitwise_equal(residual_auto, residual_one, "residual (heuristic vs one CTA per row)")
+
+
+def launched_kernels(fn) -> list:
+    """Names of the GPU kernels `fn` launches, from the profiler (skips where it records none)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA and "rms_norm" in e.name]
+    if not names:
+        pytest.skip("the profiler recorded no rms_norm kernel (CUPTI unavailable?)")
+    return names
+
+
+@needs_clusters
+@pytest.mark.parametrize("setting,rows,want", [("0", 4, "one-cta"), ("4", 4, "cluster"), ("8", 300, "cluster"),
+                                               (None, 4, "cluster"), (None, 1000, "one-cta")],
+                         ids=["forced-off", "forced-4", "forced-8-many-rows", "auto-few-rows", "auto-many-rows"])
+def test_cluster_override_selects_kernel(kernel, monkeypatch, setting, rows, want):
+    """FP8DK_RMSNORM_CLUSTER really switches kernels (the bitwise comparisons above would pass even if it did
+    nothing), and the heuristic takes the cluster kernel for few long rows only."""
+    if setting is None:
+        monkeypatch.delenv(CLUSTER_ENV, raising=False)
+    else:
+        monkeypatch.setenv(CLUSTER_ENV, setting)
+    shape = (rows, 16384)
+    x, weight = make_inputs(shape, torch.bfloat16, "cuda")
+    residual = torch.randn(shape, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(shape, dtype=torch.float8_e4m3fn, device="cuda")
+    scale = torch.tensor([0.05], device="cuda")
+    kernel.ops.fused_add_rms_norm(out, x, residual, weight, EPS, scale)  # first-call setup outside the profile
+    names = launched_kernels(lambda: kernel.ops.fused_add_rms_norm(out, x, residual, weight, EPS, scale))
+    cluster = [n for n in names if "rms_norm_cluster_kernel" in n]
+    assert (len(cluster) == len(names)) if want == "cluster" else not cluster, names
+
+
+@needs_clusters
+def test_cluster_override_rejects_bad_values(kernel, monkeypatch):
+    x, weight = make_inputs((2, 16384), torch.float16, "cuda")
+    out = torch.empty_like(x)
+    for bad in ("3", "16", "-1", "two"):
+        monkeypatch.setenv(CLUSTER_ENV, bad)
+        with pytest.raises(RuntimeError, match=CLUSTER_ENV):
+            kernel.ops.rms_norm(out, x, weight, EPS, None)
+
+
+@needs_clusters
+@pytest.mark.parametrize("shape", [(3, 16384), (2, 16385)], ids=lambda s: f"{s[0]}x{s[1]}")
+@CLUSTER_SIZES
+def test_cluster_deterministic(kernel, monkeypatch, ctas, shape):
+    """The same inputs twice on the cluster kernel give the same bytes (fixed order, no atomics)."""
+    monkeypatch.setenv(CLUSTER_ENV, ctas)
+    x, weight = make_inputs(shape, torch.float16, "cuda")
+    residual = torch.randn(shape, dtype=torch.float16, device="cuda")
+    scale = torch.tensor([0.01], device="cuda")
+    outs = []
+    for _ in range(2):
+        out, res = torch.empty(shape, dtype=torch.float8_e4m3fn, device="cuda"), residual.clone()
+        kernel.ops.fused_add_rms_norm(out, x, res, weight, EPS, scale)
+        outs.append((out, res))
+    assert_bitwise_equal(outs[1][0], outs[0][0], "second run's out")
+    assert_bitwise_equal(outs[1][1], outs[0][1], "second run's residual")

@@ -12,18 +12,21 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("silu_and_mul(Tensor! out, Tensor input, Tensor? scale) -> ()");
   ops.def(
       "skinny_gemm(Tensor! out, Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, Tensor? bias) -> ()");
+  ops.def("quantize_fp8(Tensor! out, Tensor input, Tensor scale) -> ()");
 
 #if defined(CPU_KERNEL)
   ops.impl("rms_norm", torch::kCPU, &rms_norm);
   ops.impl("fused_add_rms_norm", torch::kCPU, &fused_add_rms_norm);
   ops.impl("silu_and_mul", torch::kCPU, &silu_and_mul);
   ops.impl("skinny_gemm", torch::kCPU, &skinny_gemm);
+  ops.impl("quantize_fp8", torch::kCPU, &quantize_fp8);
 #elif defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
   // ROCm registers on kCUDA too: HIP tensors live on the "cuda" device in torch.
   ops.impl("rms_norm", torch::kCUDA, &rms_norm);
   ops.impl("fused_add_rms_norm", torch::kCUDA, &fused_add_rms_norm);
   ops.impl("silu_and_mul", torch::kCUDA, &silu_and_mul);
   ops.impl("skinny_gemm", torch::kCUDA, &skinny_gemm);
+  ops.impl("quantize_fp8", torch::kCUDA, &quantize_fp8);
 #endif
 }
 

@@ -1,5 +1,5 @@
 """Fused FP8 decode kernels: RMSNorm (+ residual add), SwiGLU and skinny GEMM, each with optional static
-per-tensor FP8 output quantization.
+per-tensor FP8 output quantization, and the standalone static FP8 quantization.
 
 Load through the Kernel Hub rather than importing directly::
 
@@ -30,6 +30,7 @@ __all__ = [
     "layers",
     "native_fp8_dtype",
     "ops",
+    "quantize_fp8",
     "reference",
     "rms_norm",
     "silu_and_mul",
@@ -223,6 +224,27 @@ def skinny_gemm(
     return out
 
 
+def quantize_fp8(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    out_dtype: Optional[torch.dtype] = None,
+) -> torch.Tensor:
+    """Static per-tensor FP8 quantization: ``saturate(x / scale)`` rounded to nearest even, NaN kept.
+
+    Bit for bit ``reference.quantize_fp8(x, scale, out_dtype)`` on every backend (the GPU kernels compute the
+    correctly rounded float32 quotient). x: [..., d] float16 or bfloat16 with a contiguous last dimension
+    (leading dimensions may have a row stride); scale: a one-element float32 tensor on x's device, read on the
+    device; ``out_dtype``: torch.float8_e4m3fn or torch.float8_e4m3fnuz, default the platform's native flavour.
+    Returns a new contiguous tensor of x's shape.
+    """
+    _check_tensor("quantize_fp8", "x", x)
+    _check_tensor("quantize_fp8", "scale", scale)
+    dtype = _quant_out_dtype("quantize_fp8", x, scale, out_dtype)
+    out = torch.empty(x.shape, dtype=dtype, device=x.device)
+    ops.quantize_fp8(out, x, scale)
+    return out
+
+
 # Shape/dtype propagation for torch.compile and meta tensors: the ops only write into `out`.
 @torch.library.register_fake(add_op_namespace_prefix("rms_norm"))
 def _rms_norm_fake(out, input, weight, eps, scale):
@@ -241,6 +263,11 @@ def _silu_and_mul_fake(out, input, scale):
 
 @torch.library.register_fake(add_op_namespace_prefix("skinny_gemm"))
 def _skinny_gemm_fake(out, a, b, scale_a, scale_b, bias):
+    return None
+
+
+@torch.library.register_fake(add_op_namespace_prefix("quantize_fp8"))
+def _quantize_fp8_fake(out, input, scale):
     return None
 
 

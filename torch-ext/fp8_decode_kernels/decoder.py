@@ -2,7 +2,7 @@
 
 One layer runs, per decode step (the blog's design)::
 
-    fused_add_rms_norm -> FP8 -> QKV GEMM -> attention over a KV cache -> FP8 -> O GEMM [-> all-reduce]
+    fused_add_rms_norm -> FP8 -> QKV GEMM -> attention over a KV cache -> quantize_fp8 -> O GEMM [-> all-reduce]
     fused_add_rms_norm -> FP8 -> gate_up GEMM -> silu_and_mul -> FP8 -> down GEMM [-> all-reduce]
 
 with static per-tensor scales: every FP8 activation is quantized with a scale fixed ahead of time (from
@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import fused_add_rms_norm, native_fp8_dtype, reference, silu_and_mul, skinny_gemm
+from . import fused_add_rms_norm, native_fp8_dtype, quantize_fp8, reference, silu_and_mul, skinny_gemm
 
 ScaleLike = Union[float, torch.Tensor]
 
@@ -30,8 +30,8 @@ def quantize_fp8_static(x: torch.Tensor, scale: torch.Tensor,
     """Static per-tensor FP8 quantization with the ops' semantics: ``saturate(x / scale)`` rounded to nearest
     even, NaN kept (``reference.quantize_fp8``). ``out_dtype`` defaults to the device's FP8 flavour.
 
-    Plain torch ops, a few elementwise kernels: only the attention output needs it, as every other FP8
-    activation comes out of a fused op."""
+    Plain torch ops, for any dtype and layout: what quantizes the weights, once, at conversion. Activations
+    go through the ``quantize_fp8`` kernel (:data:`KERNEL_OPS`), which gives the same bytes."""
     return reference.quantize_fp8(x, scale, out_dtype or native_fp8_dtype(x.device))
 
 
@@ -47,7 +47,8 @@ class DecodeOps(NamedTuple):
     quantize: Callable[..., torch.Tensor]
 
 
-KERNEL_OPS = DecodeOps(fused_add_rms_norm, silu_and_mul, skinny_gemm, quantize_fp8_static)
+# The attention output is the one FP8 activation no fused op produces: the quantize_fp8 kernel quantizes it.
+KERNEL_OPS = DecodeOps(fused_add_rms_norm, silu_and_mul, skinny_gemm, quantize_fp8)
 
 
 def _as_scale(scale: ScaleLike, device: torch.device) -> torch.Tensor:

@@ -1,0 +1,96 @@
+"""Tuning grid for skinny_gemm's heuristic: the FP8 GEMM timed under FP8DK_SKINNY_BLOCK_N / FP8DK_SKINNY_SPLIT_K
+overrides next to the default plan and torch._scaled_mm, with sweep.py's method (CUDA graphs, weights rotated
+beyond L2, medians), in one process.
+
+    python benchmarks/tune_skinny_gemm.py                          # 405B TP8 shapes, M = 1, 8, 16, 32
+    python benchmarks/tune_skinny_gemm.py --m 1 --layers qkv --split-k 1 2 4 --block-n 16 32 64
+    python benchmarks/tune_skinny_gemm.py --out tune.json          # also write the rows as JSON
+
+Prints one row per (layer, M, configuration): microseconds, % of the copy bandwidth measured in the same run,
+and the speedup over torch._scaled_mm. A configuration the launcher rejects (e.g. a block too narrow for M)
+is reported and skipped.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep import CudaGraphTimer, copy_bandwidth, describe_device  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+LAYERS = {"qkv": (2304, 16384), "gate_up": (13312, 16384), "down": (16384, 6656)}
+ROTATION_BYTES = 192 << 20  # > 3x the L2 of an H100/H200
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS))
+    p.add_argument("--m", type=int, nargs="+", default=[1, 8, 16, 32])
+    p.add_argument("--block-n", type=int, nargs="*", default=[], help="FP8DK_SKINNY_BLOCK_N values to try")
+    p.add_argument("--split-k", type=int, nargs="*", default=[], help="FP8DK_SKINNY_SPLIT_K values to try")
+    p.add_argument("--out", type=Path, help="write the rows as JSON here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import kernels
+
+    k = kernels.get_local_kernel(REPO)
+    dev = "cuda"
+    fp8 = k.native_fp8_dtype(torch.device(dev))
+    timer = CudaGraphTimer(quick=True)
+    copy_gbps = copy_bandwidth(dev, quick=True)["gbps"]
+    info = describe_device(dev)
+    print(f"# {info.get('name')}, copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
+    configs = [("default", {})]
+    configs += [(f"block_n={b}", {"FP8DK_SKINNY_BLOCK_N": str(b)}) for b in args.block_n]
+    configs += [(f"split_k={c}", {"FP8DK_SKINNY_SPLIT_K": str(c)}) for c in args.split_k]
+    rows = []
+    scale_a = torch.tensor([1.0], device=dev)
+    for layer in args.layers:
+        n, kdim = LAYERS[layer]
+        sets = max(1, math.ceil(ROTATION_BYTES / (n * kdim)))
+        weights = [torch.randn(n, kdim, device=dev).to(fp8) for _ in range(sets)]
+        scale_b = torch.tensor([1.0 / kdim], device=dev)
+        for m in args.m:
+            a = torch.randn(m, kdim, device=dev).to(fp8)
+            nbytes = n * kdim + m * kdim + 2 * m * n
+            est_us = nbytes / (copy_gbps * 1e3) + 3
+            peer = timer.time([lambda w=w: torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
+                               for w in weights], est_us)["median_us"]
+            for name, env in configs:
+                saved = {key: os.environ.get(key) for key in env}
+                os.environ.update(env)
+                try:
+                    us = timer.time([lambda w=w: k.skinny_gemm(a, w, scale_a, scale_b, out_dtype=torch.bfloat16)
+                                     for w in weights], est_us)["median_us"]
+                except RuntimeError as e:
+                    print(f"{layer:8s} M={m:<3d} {name:14s} rejected: {str(e).splitlines()[0]}", flush=True)
+                    continue
+                finally:
+                    for key, value in saved.items():
+                        if value is None:
+                            os.environ.pop(key, None)
+                        else:
+                            os.environ[key] = value
+                pct = 100 * nbytes / (us * 1e3) / copy_gbps
+                rows.append({"layer": layer, "m": m, "config": name, "us": us, "scaled_mm_us": peer,
+                             "pct_copy_bw": pct, "speedup": peer / us})
+                print(f"{layer:8s} M={m:<3d} {name:14s} {us:8.2f} us {pct:5.1f}% BW  _scaled_mm {peer:8.2f} us "
+                      f"{peer / us:5.2f}x", flush=True)
+        del weights
+        torch.cuda.empty_cache()
+    if args.out:
+        args.out.write_text(json.dumps({"device": info, "copy_gbps": copy_gbps, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

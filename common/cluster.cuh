@@ -1,0 +1,129 @@
+#pragma once
+// Thread-block clusters: the CTAs of a cluster (NVIDIA sm_90+) run at the same time, on SMs of one GPC, and
+// can access each other's shared memory ("distributed shared memory", DSMEM). No torch includes.
+//
+//   cluster_rank()            this CTA's rank in its cluster, 0 .. cluster_ctas() - 1
+//   cluster_ctas()            CTAs in this cluster (the launch's cluster size; 1 without clusters)
+//   cluster_index()           which cluster of the grid this CTA belongs to (x dimension)
+//   cluster_arrive()          this thread arrives at the cluster barrier, with release semantics: its earlier
+//                             memory operations (shared memory of any CTA of the cluster included) are
+//                             visible to every thread of the cluster once that thread's wait returns
+//   cluster_arrive_relaxed()  arrives without ordering memory: only says "this thread got here"
+//   cluster_wait()            waits until every thread of the cluster has arrived (acquire)
+//   cluster_sync()            cluster_arrive() + cluster_wait(): a barrier over the cluster
+//   store_cluster_shared(p, rank, v) / load_cluster_shared(p, rank)
+//                             the float at shared-memory address p, but in the CTA of cluster rank `rank`
+//
+// An arrive and a wait split one barrier phase, so that work between them overlaps the other CTAs' arrival;
+// they alternate, and every thread of every CTA of the cluster takes part in each (the .aligned forms: a
+// warp executes them converged). A CTA's shared memory exists only while it runs: access another CTA's only
+// after a barrier phase that it arrived at (it has started), and keep it from exiting until the last access
+// is done (a barrier phase after that access).
+//
+// Cost on sm_90 (SASS): a release arrive waits for every earlier memory operation of the thread, global
+// stores included (MEMBAR.ALL.GPU), so issue global stores that need no ordering after it; a relaxed arrive
+// is a single UCGABAR_ARV; a wait is UCGABAR_WAIT plus an L1 invalidation (CCTL.IVALL).
+//
+// Where clusters do not exist (NVIDIA before sm_90, AMD, the host pass) the cluster is the CTA alone: rank 0 of
+// 1, cluster_index() is blockIdx.x, a barrier phase is the block barrier (arrives do nothing, a wait is
+// __syncthreads) and the "remote" access is to this CTA's own shared memory. Code written against these
+// functions then runs as a correct one-CTA kernel there, which is what a launcher that finds no cluster
+// support launches.
+#include "common/platform.cuh"
+
+#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FP8DK_CLUSTERS 1
+#endif
+
+namespace fp8dk {
+
+FP8DK_DEVICE unsigned cluster_rank() {
+#if defined(FP8DK_CLUSTERS)
+  unsigned r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+#else
+  return 0;
+#endif
+}
+
+FP8DK_DEVICE unsigned cluster_ctas() {
+#if defined(FP8DK_CLUSTERS)
+  unsigned n;
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+#else
+  return 1;
+#endif
+}
+
+FP8DK_DEVICE unsigned cluster_index() {
+#if defined(FP8DK_CLUSTERS)
+  unsigned i;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(i));
+  return i;
+#else
+  return blockIdx.x;
+#endif
+}
+
+FP8DK_DEVICE void cluster_arrive() {
+#if defined(FP8DK_CLUSTERS)
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#endif
+}
+
+FP8DK_DEVICE void cluster_arrive_relaxed() {
+#if defined(FP8DK_CLUSTERS)
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+
+FP8DK_DEVICE void cluster_wait() {
+#if defined(FP8DK_CLUSTERS)
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  sync_block();
+#endif
+}
+
+FP8DK_DEVICE void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
+
+#if defined(FP8DK_CLUSTERS)
+namespace detail {
+// The address of shared-memory location p in the CTA of cluster rank `rank` (shared::cluster window).
+FP8DK_DEVICE unsigned cluster_shared_address(const void* p, unsigned rank) {
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned remote;
+  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+}  // namespace detail
+#endif
+
+FP8DK_DEVICE void store_cluster_shared(float* p, unsigned rank, float v) {
+#if defined(FP8DK_CLUSTERS)
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(detail::cluster_shared_address(p, rank)), "f"(v)
+               : "memory");
+#else
+  (void)rank;  // 0: the only CTA
+  *p = v;
+#endif
+}
+
+FP8DK_DEVICE float load_cluster_shared(const float* p, unsigned rank) {
+#if defined(FP8DK_CLUSTERS)
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(detail::cluster_shared_address(p, rank))
+               : "memory");
+  return v;
+#else
+  (void)rank;
+  return *p;
+#endif
+}
+
+}  // namespace fp8dk

@@ -1,0 +1,120 @@
+// CUDA/ROCm quantize_fp8 (torch-ext/torch_binding.h): validates, picks the access width and the launch shape,
+// and launches quantize_fp8_kernel (quantize_kernels.cuh) on the current stream. No host sync, no allocation:
+// CUDA-graph safe (the scale is read by the kernel).
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/checks.h"
+#include "common/device_info.h"
+#include "quant_fp8/quantize_kernels.cuh"
+#include "torch-ext/torch_binding.h"
+
+namespace {
+
+using fp8dk::quant::kChunk;
+using fp8dk::quant::kMaxGridY;
+using fp8dk::quant::kMaxLoadElems;
+using fp8dk::quant::kMaxThreads;
+
+// Widest store (in FP8 bytes = columns: 16, 8, 4, 2 or 1) such that the stores and the loads that go with
+// them (min(W, 8) 16-bit columns) are aligned in every row of in and out. Chunks start at multiples of
+// kChunk columns, so the base pointers and row strides decide; the row length does not (a row's partial last
+// chunk is accessed column by column). Row strides only matter when there is more than one row.
+int store_width(const void* in, const void* out, int64_t rows, int64_t in_stride, int64_t out_stride) {
+  for (int w = kChunk; w > 1; w /= 2) {
+    const int load_elems = std::min(w, kMaxLoadElems);
+    const bool strides_ok = rows <= 1 || (in_stride % load_elems == 0 && out_stride % w == 0);
+    if (fp8dk::is_aligned(in, 2 * load_elems) && fp8dk::is_aligned(out, w) && strides_ok) return w;
+  }
+  return 1;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int64_t pow2_ceil(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+struct LaunchShape {
+  dim3 grid, block;
+};
+
+// Threads over a row's chunks (block.x): the widest power of two that leaves at most 1/16 of the lanes past the
+// row's end; rows fill the rest of the block. Then, from the device's multiprocessor count: while the grid has
+// fewer blocks than there are multiprocessors, the block halves (down to 64 threads), so that a small problem
+// (the attention output of a decode step: a few rows of a few thousand columns) spreads over more of them
+// instead of queueing on a few. One chunk per thread, no loop: every thread issues its loads at once, and 8
+// resident 256-thread blocks keep 64 KB of loads in flight per multiprocessor for large problems.
+LaunchShape launch_shape(int64_t d, int64_t rows, int sm_count) {
+  const int64_t chunks = ceil_div(d, kChunk);
+  constexpr int kMinThreads = 64;
+  LaunchShape s;
+  for (int threads = kMaxThreads;; threads /= 2) {
+    int bx = int(std::min<int64_t>(threads, pow2_ceil(chunks)));
+    while (bx > 1 && (ceil_div(chunks, bx) * bx - chunks) * 16 > chunks) bx /= 2;
+    const int by = int(std::min<int64_t>(threads / bx, pow2_ceil(rows)));
+    const int64_t row_blocks = ceil_div(rows, by);
+    s.grid = dim3(unsigned(ceil_div(chunks, bx)), unsigned(std::min<int64_t>(row_blocks, kMaxGridY)),
+                  unsigned(ceil_div(row_blocks, kMaxGridY)));
+    s.block = dim3(unsigned(bx), unsigned(by));
+    if (threads <= kMinThreads || int64_t(s.grid.x) * row_blocks >= sm_count) return s;
+  }
+}
+
+template <class In, class Out>
+void launch(const fp8dk::QuantizeFp8Shape& shape, const at::Tensor& out, const at::Tensor& input,
+            const at::Tensor& scale, cudaStream_t stream) {
+  const int64_t d = shape.in.cols;
+  const int64_t rows = shape.in.rows;
+  const auto* in_ptr = static_cast<const uint16_t*>(input.const_data_ptr());
+  auto* out_ptr = static_cast<uint8_t*>(out.data_ptr());
+  const int w = store_width(in_ptr, out_ptr, rows, shape.in.row_stride, shape.out.row_stride);
+  const LaunchShape s = launch_shape(d, rows, fp8dk::multiprocessor_count());
+  const float* scale_ptr = scale.const_data_ptr<float>();
+  const auto run = [&](auto kernel) {
+    kernel<<<s.grid, s.block, 0, stream>>>(in_ptr, out_ptr, scale_ptr, int(d), rows, shape.in.row_stride,
+                                           shape.out.row_stride);
+  };
+  switch (w) {
+    case 16: run(fp8dk::quantize_fp8_kernel<In, Out, 16>); break;
+    case 8: run(fp8dk::quantize_fp8_kernel<In, Out, 8>); break;
+    case 4: run(fp8dk::quantize_fp8_kernel<In, Out, 4>); break;
+    case 2: run(fp8dk::quantize_fp8_kernel<In, Out, 2>); break;
+    default: run(fp8dk::quantize_fp8_kernel<In, Out, 1>); break;
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <class In>
+void dispatch_out(const fp8dk::QuantizeFp8Shape& shape, const at::Tensor& out, const at::Tensor& input,
+                  const at::Tensor& scale, cudaStream_t stream) {
+  if (out.scalar_type() == at::kFloat8_e4m3fnuz) {
+    launch<In, fp8dk::E4m3fnuz>(shape, out, input, scale, stream);
+  } else {  // the checks allow only the two FP8 flavours
+    launch<In, fp8dk::E4m3fn>(shape, out, input, scale, stream);
+  }
+}
+
+}  // namespace
+
+void quantize_fp8(torch::Tensor& out, const torch::Tensor& input, const torch::Tensor& scale) {
+  constexpr const char* op = "quantize_fp8";
+  const fp8dk::QuantizeFp8Shape shape = fp8dk::check_quantize_fp8_args(out, input, scale, op);
+  TORCH_CHECK(input.is_cuda(), op, ": input must be a CUDA tensor, got ", input.device());
+  // The kernel indexes columns with 32-bit integers.
+  TORCH_CHECK(shape.in.cols <= std::numeric_limits<int>::max() - kChunk, op,
+              ": input's last dimension is too large, got ", shape.in.cols);
+  const c10::cuda::OptionalCUDAGuard guard(input.device());
+  if (shape.in.rows == 0 || shape.in.cols == 0) return;
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if (input.scalar_type() == at::kHalf) {
+    dispatch_out<fp8dk::Fp16>(shape, out, input, scale, stream);
+  } else {
+    dispatch_out<fp8dk::Bf16>(shape, out, input, scale, stream);
+  }
+}
