@@ -9,6 +9,7 @@
 
 #include "common/checks.h"
 #include "common/device_info.h"
+#include "common/row_chunk_grid.h"
 #include "quant_fp8/quantize_kernels.cuh"
 #include "torch-ext/torch_binding.h"
 
@@ -32,40 +33,6 @@ int store_width(const void* in, const void* out, int64_t rows, int64_t in_stride
   return 1;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-int64_t pow2_ceil(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
-struct LaunchShape {
-  dim3 grid, block;
-};
-
-// Threads over a row's chunks (block.x): the widest power of two that leaves at most 1/16 of the lanes past the
-// row's end; rows fill the rest of the block. Then, from the device's multiprocessor count: while the grid has
-// fewer blocks than there are multiprocessors, the block halves (down to 64 threads), so that a small problem
-// (the attention output of a decode step: a few rows of a few thousand columns) spreads over more of them
-// instead of queueing on a few. One chunk per thread, no loop: every thread issues its loads at once, and 8
-// resident 256-thread blocks keep 64 KB of loads in flight per multiprocessor for large problems.
-LaunchShape launch_shape(int64_t d, int64_t rows, int sm_count) {
-  const int64_t chunks = ceil_div(d, kChunk);
-  constexpr int kMinThreads = 64;
-  LaunchShape s;
-  for (int threads = kMaxThreads;; threads /= 2) {
-    int bx = int(std::min<int64_t>(threads, pow2_ceil(chunks)));
-    while (bx > 1 && (ceil_div(chunks, bx) * bx - chunks) * 16 > chunks) bx /= 2;
-    const int by = int(std::min<int64_t>(threads / bx, pow2_ceil(rows)));
-    const int64_t row_blocks = ceil_div(rows, by);
-    s.grid = dim3(unsigned(ceil_div(chunks, bx)), unsigned(std::min<int64_t>(row_blocks, kMaxGridY)),
-                  unsigned(ceil_div(row_blocks, kMaxGridY)));
-    s.block = dim3(unsigned(bx), unsigned(by));
-    if (threads <= kMinThreads || int64_t(s.grid.x) * row_blocks >= sm_count) return s;
-  }
-}
-
 template <class In, class Out>
 void launch(const fp8dk::QuantizeFp8Shape& shape, const at::Tensor& out, const at::Tensor& input,
             const at::Tensor& scale, cudaStream_t stream) {
@@ -74,7 +41,8 @@ void launch(const fp8dk::QuantizeFp8Shape& shape, const at::Tensor& out, const a
   const auto* in_ptr = static_cast<const uint16_t*>(input.const_data_ptr());
   auto* out_ptr = static_cast<uint8_t*>(out.data_ptr());
   const int w = store_width(in_ptr, out_ptr, rows, shape.in.row_stride, shape.out.row_stride);
-  const LaunchShape s = launch_shape(d, rows, fp8dk::multiprocessor_count());
+  const fp8dk::RowChunkGrid s =
+      fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
   const float* scale_ptr = scale.const_data_ptr<float>();
   const auto run = [&](auto kernel) {
     kernel<<<s.grid, s.block, 0, stream>>>(in_ptr, out_ptr, scale_ptr, int(d), rows, shape.in.row_stride,

@@ -8,6 +8,7 @@
 
 #include "common/checks.h"
 #include "common/device_info.h"
+#include "common/row_chunk_grid.h"
 #include "swiglu_fp8/swiglu_kernels.cuh"
 #include "torch-ext/torch_binding.h"
 
@@ -30,41 +31,6 @@ int vector_width(const void* in, const void* out, int out_bytes, int64_t d, int6
   return 1;
 }
 
-int ceil_div(int64_t a, int64_t b) { return int((a + b - 1) / b); }
-
-int64_t pow2_ceil(int64_t n) {
-  int64_t p = 1;
-  while (p < n) p *= 2;
-  return p;
-}
-
-struct LaunchShape {
-  dim3 grid, block;
-};
-
-// Threads over a row's chunks (block.x): the widest power of two that leaves at most 1/16 of the lanes
-// past the row's end (6656 columns = 832 chunks takes 64, not 256 with 192 idle lanes). Rows fill the
-// rest of the block. Small problems get smaller blocks, down to 64 threads, so that they still spread
-// over the multiprocessors instead of queueing on a few (one row of 8192 columns: 16 blocks, not 4).
-// One chunk per thread (an exact grid): the block scheduler balances the tail, nothing loop-invariant
-// can be hoisted ahead of the data loads, and 8 resident 256-thread blocks per multiprocessor keep
-// 64 KB of loads in flight, about twice what H200's bandwidth-latency product needs per SM.
-LaunchShape launch_shape(int64_t d, int64_t rows, int sm_count) {
-  const int64_t chunks = (d + kChunk - 1) / kChunk;
-  constexpr int kMinThreads = 64;
-  LaunchShape s;
-  for (int threads = kMaxThreads;; threads /= 2) {
-    int bx = int(std::min<int64_t>(threads, pow2_ceil(chunks)));
-    while (bx > 1 && (int64_t(ceil_div(chunks, bx)) * bx - chunks) * 16 > chunks) bx /= 2;
-    const int by = int(std::min<int64_t>(threads / bx, pow2_ceil(rows)));
-    const int64_t row_blocks = (rows + by - 1) / by;
-    s.grid = dim3(unsigned(ceil_div(chunks, bx)), unsigned(std::min<int64_t>(row_blocks, kMaxGridY)),
-                  unsigned(ceil_div(row_blocks, kMaxGridY)));
-    s.block = dim3(unsigned(bx), unsigned(by));
-    if (threads <= kMinThreads || int64_t(s.grid.x) * row_blocks >= sm_count) return s;
-  }
-}
-
 template <class In, class Out>
 void launch(const fp8dk::SiluAndMulShape& shape, const at::Tensor& out, const at::Tensor& input,
             const std::optional<at::Tensor>& scale, cudaStream_t stream) {
@@ -74,7 +40,8 @@ void launch(const fp8dk::SiluAndMulShape& shape, const at::Tensor& out, const at
   auto* out_ptr = static_cast<uint8_t*>(out.data_ptr());
   const int w = vector_width(in_ptr, out_ptr, fp8dk::swiglu::kOutBytes<Out>, d, rows, shape.in.row_stride,
                              shape.out.row_stride);
-  const LaunchShape s = launch_shape(d, rows, fp8dk::multiprocessor_count());
+  const fp8dk::RowChunkGrid s =
+      fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
   const float* scale_ptr = scale.has_value() ? scale->const_data_ptr<float>() : nullptr;
   const auto run = [&](auto kernel) {
     kernel<<<s.grid, s.block, 0, stream>>>(in_ptr, out_ptr, scale_ptr, int(d), rows, shape.in.row_stride,

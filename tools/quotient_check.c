@@ -12,7 +12,7 @@
 //      infinite, NaN, random): the float32 quotient must be RN(x / s) wherever 2^-12 <= |x / s| <= 2^10 (where
 //      FP8 values are told apart), and elsewhere give the same FP8 bytes in both flavours (NaN by position).
 //
-//     gcc -O2 -mfma -ffp-contract=off -o /tmp/quotient_check tools/quotient_check.c -lm && /tmp/quotient_check
+//     mkdir -p build && gcc -O2 -mfma -ffp-contract=off -o build/quotient_check tools/quotient_check.c -lm && build/quotient_check
 //
 // -ffp-contract=off keeps the compiler from fusing the plain products; fmaf needs no -ffast-math. About a
 // minute on one core; exit status 0 when every check holds.
