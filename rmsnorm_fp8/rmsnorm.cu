@@ -17,14 +17,14 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "common/checks.h"
 #include "common/device_info.h"
 #include "rmsnorm_fp8/rmsnorm_kernels.cuh"
 #include "torch-ext/torch_binding.h"
+#if defined(FP8DK_NVIDIA)
+#include "common/cluster_launch.h"
+#endif
 
 namespace {
 
@@ -189,59 +189,20 @@ Launch configure(RmsNormParams& p, int out_elem_bytes) {
 }
 
 #if defined(FP8DK_NVIDIA)
-cudaLaunchConfig_t cluster_config(int blocks, int threads, int ctas, cudaStream_t stream, cudaLaunchAttribute* attr) {
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = ctas;
-  attr->val.clusterDim.y = 1;
-  attr->val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return config;
-}
-
-// Whether `kernel` runs as clusters of `ctas` CTAs of `threads` threads on the current device: its code was
-// compiled for compute_90+ (below, its cluster primitives are the one-CTA fallback) and the occupancy
-// calculator fits at least one such cluster on the device. Cached per kernel, shape and device, so a call
-// costs a map lookup, not these queries.
-bool cluster_launchable(const void* kernel, int ctas, int threads) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int, int>, bool> cache;
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  const auto key = std::make_tuple(kernel, ctas, threads, device);
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    cudaFuncAttributes attrs;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-    int clusters = 0;
-    if (attrs.ptxVersion >= 90) {
-      cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t config = cluster_config(ctas, threads, ctas, nullptr, &attr);
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-    }
-    it = cache.emplace(key, clusters > 0).first;
-  }
-  return it->second;
-}
-
 // The cluster kernel for l's plan; false (nothing launched) where the device or the build cannot run it.
 template <class In, class Out, bool kResidual>
 bool launch_cluster(const RmsNormParams& p, const Launch& l, cudaStream_t stream) {
   void (*kernel)(RmsNormParams) = l.chunks > 1        ? &fp8dk::rms_norm_cluster_kernel<In, Out, kResidual, false, 2>
                                   : l.cluster_aligned ? &fp8dk::rms_norm_cluster_kernel<In, Out, kResidual, true, 1>
                                                       : &fp8dk::rms_norm_cluster_kernel<In, Out, kResidual, false, 1>;
-  if (!cluster_launchable(reinterpret_cast<const void*>(kernel), l.cluster, l.cluster_threads)) return false;
+  const dim3 cluster(l.cluster);
+  if (fp8dk::max_active_clusters(reinterpret_cast<const void*>(kernel), cluster, l.cluster_threads, 0) == 0)
+    return false;
   RmsNormParams q = p;
   q.threads_per_row = l.row_threads;
   cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config =
-      cluster_config(static_cast<int>(p.rows) * l.cluster, l.cluster_threads, l.cluster, stream, &attr);
+  const cudaLaunchConfig_t config = fp8dk::cluster_launch_config(dim3(static_cast<int>(p.rows) * l.cluster), cluster,
+                                                                 l.cluster_threads, 0, stream, &attr);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, q));
   return true;
 }

@@ -7,11 +7,10 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/all.h>
 
-#include <map>
-#include <mutex>
-#include <tuple>
-
 #include "skinny_gemm/skinny_gemm_kernels.cuh"
+#if defined(FP8DK_NVIDIA)
+#include "common/cluster_launch.h"
+#endif
 
 namespace fp8dk::skinny {
 
@@ -34,45 +33,6 @@ struct Args {
 
 constexpr int kMaxClusterSplit = 8;  // the portable cluster size
 
-#if defined(FP8DK_NVIDIA)
-inline cudaLaunchConfig_t cluster_config(const Launch& l, cudaStream_t stream, cudaLaunchAttribute* attr) {
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = 1;
-  attr->val.clusterDim.y = l.grid.y;
-  attr->val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = l.grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = l.smem;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return config;
-}
-
-// Whether `kernel` was compiled for compute_90+ (its cluster reduction exists) and, if so, how many clusters of
-// l.grid.y CTAs the device runs at once. Cached: these queries per call would cost host time.
-inline int max_active_clusters(const void* kernel, const Launch& l) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, int, int>, int> cache;
-  const auto key = std::make_tuple(kernel, static_cast<int>(l.grid.y), l.smem, c10::cuda::current_device());
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    cudaFuncAttributes attrs;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attrs, kernel));
-    int clusters = 0;
-    if (attrs.ptxVersion >= 90) {
-      cudaLaunchAttribute attr;
-      const cudaLaunchConfig_t config = cluster_config(l, nullptr, &attr);
-      C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
-    }
-    it = cache.emplace(key, clusters).first;
-  }
-  return it->second;
-}
-#endif
-
 // Picks how split-K CTAs meet (the split may shrink so that all clusters run at once), allocates what that
 // needs and launches.
 template <class Ab, class Out, int MP, int LB>
@@ -84,15 +44,18 @@ void launch_kernel(Launch l, const Args& x, const at::Tensor& like, bool split_f
   Plan& p = l.plan;
   p.cluster = 0;
 #if defined(FP8DK_NVIDIA)
+  // Clusters of the tile's split-K CTAs: (1, split, 1).
+  auto clusters_at_once = [&](int split) {
+    return fp8dk::max_active_clusters(fn, dim3(1, split, 1), kThreads, l.smem);
+  };
   if (p.split_k > 1) {
     if (split_forced) {
-      p.cluster = p.split_k <= kMaxClusterSplit && max_active_clusters(fn, l) > 0;
+      p.cluster = p.split_k <= kMaxClusterSplit && clusters_at_once(p.split_k) > 0;
     } else {
       // The largest split <= the planned one whose clusters all run at once.
       for (int split = p.split_k < kMaxClusterSplit ? p.split_k : kMaxClusterSplit; split > 1 && !p.cluster;
            --split) {
-        l.grid.y = split;
-        if (max_active_clusters(fn, l) >= static_cast<int>(l.grid.x)) {
+        if (clusters_at_once(split) >= static_cast<int>(l.grid.x)) {
           p.split_k = split;
           p.cluster = 1;
         }
@@ -102,7 +65,8 @@ void launch_kernel(Launch l, const Args& x, const at::Tensor& like, bool split_f
   }
   if (p.cluster) {
     cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config = cluster_config(l, stream, &attr);
+    const cudaLaunchConfig_t config =
+        fp8dk::cluster_launch_config(l.grid, dim3(1, l.grid.y, 1), kThreads, l.smem, stream, &attr);
     C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, x.a, x.b, x.out, x.bias, x.scale_a, x.scale_b,
                                       static_cast<float*>(nullptr), static_cast<unsigned*>(nullptr), p));
     return;

@@ -134,12 +134,16 @@ def test_parse_ptxas_and_sass():
                 /*0070*/                   LDG.E.128.CONSTANT R4, desc[UR6][R4.64] ;   /* 0x0000000604047981 */
                 /*00b0*/              @!P0 STL [R1], R4 ;                             /* 0x000fc8000001160d */
                 /*00c0*/                   F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C R5, R5, R4, RZ ;
+                /*00d0*/                   QGMMA.64x8x32.F32.E4M3.E4M3 R24, R28, gdesc[UR8], R24 ;
         """)
     (fn,) = check.sm90a_functions(log, sass)
     assert fn.is_kernel
     assert fn.resources["regs"] == 168 and fn.resources["spill"] == 12 and fn.resources["smem"] == 512
     assert fn.resources["occupancy"] == 12  # 168 regs x 32 lanes = 5376 per warp; 65536 / 5376 -> 12 warps
     assert check.count_matches(fn.counts, "LDG.E.128") == 1 and check.count_matches(fn.counts, "STL") == 1
+    # Shapes inside a mnemonic ("64x8x32") belong to it: the 64x8 and 64x32 tensor-core forms are told apart.
+    assert check.count_matches(fn.counts, "QGMMA.64x8x32.F32.E4M3.E4M3") == 1
+    assert check.count_matches(fn.counts, "QGMMA.64x32x32") == 0
 
 
 def test_regs_occupancy():

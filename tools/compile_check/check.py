@@ -452,7 +452,8 @@ def parse_amdgpu_asm(text: str) -> list[Function]:
 # ----------------------------------------------------------------------------------------------- SASS / ptxas
 
 _SASS_FN = re.compile(r"^\s*Function\s*:\s*(\S+)")
-_SASS_INSN = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_.]*)")
+# A mnemonic is upper case, digits, "_" and "."; plus the "x" of shapes inside it (QGMMA.64x8x32.F32...).
+_SASS_INSN = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_.x]*)")
 _PTXAS_FN = re.compile(r"(?:Compiling entry function|Function properties for)\s+'?([^'\s]+)'?")
 _PTXAS_ENTRY = re.compile(r"Compiling entry function\s+'([^']+)'")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
