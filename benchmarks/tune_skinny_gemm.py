@@ -88,6 +88,7 @@ def main(argv=None) -> int:
         del weights
         torch.cuda.empty_cache()
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"device": info, "copy_gbps": copy_gbps, "rows": rows}, indent=1))
     return 0
 
