@@ -4,7 +4,6 @@
 // Each operand format's kernels are instantiated in a translation unit of their own (skinny_gemm_<format>.cu),
 // so the 72 kernels compile in parallel; skinny_gemm.cu validates, plans and calls one of them.
 #include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAFunctions.h>
 #include <torch/all.h>
 
 #include "skinny_gemm/skinny_gemm_kernels.cuh"
