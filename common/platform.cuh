@@ -51,12 +51,14 @@ FP8DK_DEVICE float uint_as_float(uint32_t x) { return __builtin_bit_cast(float, 
 FP8DK_DEVICE float fmin_(float a, float b) { return __builtin_fminf(a, b); }
 FP8DK_DEVICE float fmax_(float a, float b) { return __builtin_fmaxf(a, b); }
 FP8DK_DEVICE float round_even(float x) { return __builtin_rintf(x); }
+FP8DK_DEVICE float fma_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }  // one rounding
 #else
 FP8DK_DEVICE uint32_t float_as_uint(float x) { return __float_as_uint(x); }
 FP8DK_DEVICE float uint_as_float(uint32_t x) { return __uint_as_float(x); }
 FP8DK_DEVICE float fmin_(float a, float b) { return fminf(a, b); }
 FP8DK_DEVICE float fmax_(float a, float b) { return fmaxf(a, b); }
 FP8DK_DEVICE float round_even(float x) { return rintf(x); }
+FP8DK_DEVICE float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }  // one rounding
 #endif
 
 FP8DK_DEVICE float shfl_xor(float v, int lane_mask) {

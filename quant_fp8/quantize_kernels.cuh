@@ -33,14 +33,6 @@ constexpr int kMaxGridY = 65535;    // the grid's y limit; row groups past it co
 // in flight for a kernel that is all memory traffic.
 constexpr int kMinResident = 8;
 
-FP8DK_DEVICE float fma_rn(float a, float b, float c) {
-#if defined(FP8DK_AMD)
-  return __builtin_fmaf(a, b, c);
-#else
-  return __fmaf_rn(a, b, c);
-#endif
-}
-
 FP8DK_DEVICE float abs_(float x) { return uint_as_float(float_as_uint(x) & 0x7fffffffu); }
 
 // x / scale rounded to nearest even in fp32, bit for bit the reference's division, from one reciprocal.

@@ -104,14 +104,6 @@ struct IsBf16<Bf16> {
 
 // ------------------------------------------------------------------ scalar and packed arithmetic
 
-FP8DK_DEVICE float fma_(float a, float b, float c) {
-#if defined(FP8DK_AMD)
-  return __builtin_fmaf(a, b, c);
-#else
-  return __fmaf_rn(a, b, c);
-#endif
-}
-
 // Correctly rounded a / b and 1 / x: the reference divides (mean, then 1 / sqrt) on the CPU in IEEE fp32.
 // HIP compiles fp32 division correctly rounded by default (-fhip-fp32-correctly-rounded-divide-sqrt);
 // the NVIDIA intrinsics are correctly rounded whatever the flags (even --use_fast_math).
@@ -358,8 +350,8 @@ FP8DK_DEVICE float sum_squares(const Pack<16>* v) {
     for (int i = 0; i < 4; ++i) {
       float lo, hi;
       In::unpack2(v[j].w[i], lo, hi);
-      s = fma_(lo, lo, s);
-      s = fma_(hi, hi, s);
+      s = fma_rn(lo, lo, s);
+      s = fma_rn(hi, hi, s);
     }
     part[j] = s;
   }
@@ -495,7 +487,7 @@ struct Scale {
 
   FP8DK_DEVICE float divide(float y) const {
     const float q = y * rcp;
-    const float corrected = fma_(fma_(-q, value, y), rcp, q);
+    const float corrected = fma_rn(fma_rn(-q, value, y), rcp, q);
     return is_finite(q) ? copysign_(corrected, q) : q;
   }
 };
