@@ -24,6 +24,7 @@ import datetime
 import functools
 import json
 import math
+import os
 import platform
 import re
 import statistics
@@ -147,6 +148,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="load with kernels.get_kernel(REPO_ID, version=VERSION) instead of the local build; "
                              "LOCAL_KERNELS=REPO_ID=PATH points that at a local checkout")
     parser.add_argument("--version", type=int, default=1, help="kernel version for --repo-id (default 1)")
+    parser.add_argument("--pdl-baseline", action="store_true",
+                        help="also time our kernels launched without programmatic dependent launch "
+                             "(FP8DK_PDL=0) as the peer 'ours, no PDL': what PDL gains, in the same run")
     args = parser.parse_args(argv)
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -668,9 +672,37 @@ def progress_line(index: int, total: int, elapsed_s: float, record: dict) -> str
     return f"{head}: " + " | ".join(parts)
 
 
+def without_pdl(fn: Callable) -> Callable:
+    """fn(inputs) with FP8DK_PDL=0: our launches without programmatic dependent launch. common/launch.h reads
+    the variable at every launch, so this also holds while a graph is captured."""
+
+    def run(inputs):
+        previous = os.environ.get("FP8DK_PDL")
+        os.environ["FP8DK_PDL"] = "0"
+        try:
+            return fn(inputs)
+        finally:
+            if previous is None:
+                del os.environ["FP8DK_PDL"]
+            else:
+                os.environ["FP8DK_PDL"] = previous
+
+    return run
+
+
+def add_pdl_baseline(cases: list) -> None:
+    """Puts 'ours, no PDL' right after 'ours' in every case (cases of one family may share an impls dict)."""
+    for case in cases:
+        ours = case.impls["ours"]
+        peers = {name: fn for name, fn in case.impls.items() if name != "ours"}
+        case.impls = {"ours": ours, "ours, no PDL": without_pdl(ours), **peers}
+
+
 def run_suites(args, k, plan: Plan, timer, rotation: int, copy_gbps: float) -> list:
     cases = {suite: list(SUITE_CASES[suite](k, plan, args.device, args.dtype, args.compile))
              for suite in args.suite}
+    if args.pdl_baseline:
+        add_pdl_baseline([c for suite_cases in cases.values() for c in suite_cases])
     total = sum(len(c) for c in cases.values())
     start = time.monotonic()
     records, index, group = [], 0, None
@@ -759,7 +791,7 @@ def write_markdown(path: Path, env: dict, records: list) -> None:
     path.write_text("\n".join(lines))
 
 
-IMPL_STYLES = {"ours": ("-", "o"), "eager": ("--", "s"), "compile": (":", "^"), "torch._scaled_mm": ("--", "s"),
+IMPL_STYLES = {"ours": ("-", "o"), "ours, no PDL": ("-", "."), "eager": ("--", "s"), "compile": (":", "^"), "torch._scaled_mm": ("--", "s"),
                "F.linear": ("--", "s")}
 
 
@@ -842,6 +874,7 @@ def main(argv=None) -> int:
         "suites": args.suite,
         "dtypes": args.dtype,
         "budget_seconds": args.budget_seconds,
+        "pdl_baseline": args.pdl_baseline,
     }
     print(f"sweep on {device_info['name']}: copy bandwidth {copy['gbps']:.0f} GB/s, writing to {out_dir}",
           file=sys.stderr, flush=True)

@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     copy_gbps = copy_bandwidth(dev, quick=True)["gbps"]
     info = describe_device(dev)
     print(f"# {info.get('name')}, copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
-    configs = [("default", {})]
+    configs = [("default", {}), ("no PDL", {"FP8DK_PDL": "0"})]
     configs += [(f"block_n={b}", {"FP8DK_SKINNY_BLOCK_N": str(b)}) for b in args.block_n]
     configs += [(f"split_k={c}", {"FP8DK_SKINNY_SPLIT_K": str(c)}) for c in args.split_k]
     rows = []

@@ -17,6 +17,7 @@
 // launcher from the actual alignment; loads take min(W, 8) columns (16 bytes at most). Only the row's last
 // chunk can be partial (d need not be a multiple of anything): it is read and written column by column under
 // predicates, so every other chunk keeps the full-width accesses.
+#include "common/grid_dependency.cuh"
 #include "common/numerics.cuh"
 #include "common/vec.cuh"
 
@@ -170,11 +171,13 @@ __global__ void __launch_bounds__(quant::kMaxThreads, quant::kMinResident)
   const bool whole = d - col >= kChunk;
   const uint16_t* src = in + row * in_row_stride + col;
   uint32_t raw[kChunk / 2];
+  wait_for_prior_grid();
   if (whole) {
     load_chunk<kLoadElems>(src, raw);
   } else {
     load_partial_chunk(src, d - col, raw);
   }
+  allow_next_grid();
   // Read after the data loads are issued, so that the latencies overlap.
   const ScaleDivisor divisor(*scale);
   float y[kChunk];

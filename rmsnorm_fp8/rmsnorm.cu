@@ -20,11 +20,9 @@
 
 #include "common/checks.h"
 #include "common/device_info.h"
+#include "common/launch.h"
 #include "rmsnorm_fp8/rmsnorm_kernels.cuh"
 #include "torch-ext/torch_binding.h"
-#if defined(FP8DK_NVIDIA)
-#include "common/cluster_launch.h"
-#endif
 
 namespace {
 
@@ -200,10 +198,11 @@ bool launch_cluster(const RmsNormParams& p, const Launch& l, cudaStream_t stream
     return false;
   RmsNormParams q = p;
   q.threads_per_row = l.row_threads;
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t config = fp8dk::cluster_launch_config(dim3(static_cast<int>(p.rows) * l.cluster), cluster,
-                                                                 l.cluster_threads, 0, stream, &attr);
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, q));
+  fp8dk::LaunchShape shape;
+  shape.grid = dim3(static_cast<int>(p.rows) * l.cluster);
+  shape.block = dim3(l.cluster_threads);
+  shape.cluster = cluster;
+  fp8dk::launch_kernel(kernel, shape, stream, q);
   return true;
 }
 #endif
@@ -213,12 +212,15 @@ void launch(const RmsNormParams& p, const Launch& l, cudaStream_t stream) {
 #if defined(FP8DK_NVIDIA)
   if (l.cluster > 1 && launch_cluster<In, Out, kResidual>(p, l, stream)) return;
 #endif
+  fp8dk::LaunchShape shape;
+  shape.grid = dim3(l.blocks);
+  shape.block = dim3(l.threads);
   switch (l.kernel) {
     case Launch::Kernel::kAligned:
-      fp8dk::rms_norm_kernel<In, Out, kResidual, true><<<l.blocks, l.threads, 0, stream>>>(p);
+      fp8dk::launch_kernel(&fp8dk::rms_norm_kernel<In, Out, kResidual, true>, shape, stream, p);
       break;
     case Launch::Kernel::kGeneral:
-      fp8dk::rms_norm_kernel<In, Out, kResidual, false><<<l.blocks, l.threads, 0, stream>>>(p);
+      fp8dk::launch_kernel(&fp8dk::rms_norm_kernel<In, Out, kResidual, false>, shape, stream, p);
       break;
     case Launch::Kernel::kLongRow: {
       auto* kernel = &fp8dk::rms_norm_long_row_kernel<In, Out, kResidual>;
@@ -226,7 +228,8 @@ void launch(const RmsNormParams& p, const Launch& l, cudaStream_t stream) {
         C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem_bytes));
       }
-      kernel<<<l.blocks, l.threads, l.smem_bytes, stream>>>(p);
+      shape.smem_bytes = l.smem_bytes;
+      fp8dk::launch_kernel(kernel, shape, stream, p);
       break;
     }
   }

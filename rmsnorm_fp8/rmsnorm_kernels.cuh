@@ -33,6 +33,7 @@
 // Batch invariance: the reduction order depends on the hidden size and the input row's alignment, never on
 // the number of rows (nor on whether a row takes the cluster kernel).
 #include "common/cluster.cuh"
+#include "common/grid_dependency.cuh"
 #include "common/numerics.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
@@ -529,12 +530,14 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
   using namespace rmsnorm;
   using R = Row<In, Out, kResidual, kAligned>;
   __shared__ float scratch[kMaxWarps];
-  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the loads (Scale::read)
   const int lane = threadIdx.x & p.lane_mask;
   const R row(p, int64_t(blockIdx.x) * p.rows_per_block + (threadIdx.x >> p.group_shift));
+  wait_for_prior_grid();
+  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the loads (Scale::read)
 
   Pack<16> v[R::kSlots], w[R::kSlots];
   load_row<Access::kStream>(row, lane, p.threads_per_row, v);
+  allow_next_grid();
   const float sum = sum_squares<In>(v);
   const float total = p.threads_per_row > kWarpSize ? block_sum(sum, scratch) : group_sum(sum, p.threads_per_row);
   // The weight (an L2 hit: every row reads it) is loaded after the reduction, its latency overlapping the
@@ -559,8 +562,9 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
   using R = Row<In, Out, kResidual, false>;
   extern __shared__ Pack<16> staged[];
   __shared__ float scratch[kMaxWarps];
-  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the first pass (Scale::read)
   const R row(p, blockIdx.x);
+  wait_for_prior_grid();
+  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the first pass (Scale::read)
   const int threads = blockDim.x, chunk = threads * R::kSlots;
 
   float sum = 0.f;
@@ -574,6 +578,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
       if (k < p.staged_slots) staged[k] = v[j];
     }
   }
+  allow_next_grid();  // the second pass reads what this CTA staged or wrote, and the weight
   const float inv = inv_rms(block_sum(sum, scratch), p.hidden, p.eps);
   const Scale<Out> scale(scale_value);
 
@@ -623,13 +628,15 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   cluster_arrive_relaxed();  // this CTA runs: the others may store into its shared memory once they waited
   const int threads = p.threads_per_row;
   if (static_cast<int>(blockDim.x * cluster_ctas()) < threads) trap();
-  const float scale_value = Scale<Out>::read(p.scale);
   const int t = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x);
   const R row(p, t < threads ? int64_t(cluster_index()) : p.rows);  // an idle thread gets no row
+  wait_for_prior_grid();
+  const float scale_value = Scale<Out>::read(p.scale);
 
   Pack<16> v[kSlots], w[kSlots];
   load_weight(row, t, threads, w);
   load_row<Access::kStream, false>(row, t, threads, v);
+  allow_next_grid();
   float sum = sum_squares<In, R::kSlots>(&v[0]);
 #pragma unroll
   for (int c = 1; c < kChunks; ++c) sum += sum_squares<In, R::kSlots>(&v[c * R::kSlots]);

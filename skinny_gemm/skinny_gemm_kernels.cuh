@@ -16,6 +16,7 @@
 //   3. the next block's activations are converted and written to the other shared-memory buffer; one barrier.
 // So a warp always has the next stage of weights in flight while it computes, and the only barrier per block
 // also publishes the next block's activations.
+#include "common/grid_dependency.cuh"
 #include "skinny_gemm/skinny_gemm_load.cuh"
 #include "skinny_gemm/skinny_gemm_plan.cuh"
 #include "skinny_gemm/skinny_gemm_reduce.cuh"
@@ -129,6 +130,18 @@ __global__ void FP8DK_SKINNY_LAUNCH_BOUNDS(Ab, MP)
     }
   };
 
+  // The weights are not written by the kernel this launch may overlap (PDL): its first K-blocks start
+  // moving into L2 before the wait, one bulk prefetch per weight row of the tile.
+  if constexpr (LB == 16) {
+    const int si_prefetch = si_begin + kPrefetchBlocks * per_block;
+    const int si_prefetch_end = si_prefetch < si_full ? si_prefetch : si_full;
+    const int row = n0 + static_cast<int>(threadIdx.x);
+    if (static_cast<int>(threadIdx.x) < p.block_n && row < p.n && si_prefetch_end > si_begin)
+      prefetch_l2(b + (row * p.b_stride + static_cast<long long>(si_begin) * kSI) * kEb,
+                  static_cast<unsigned>((si_prefetch_end - si_begin) * kSubIterBytes));
+  }
+  wait_for_prior_grid();
+
   Mma mma(lane, p.m, pitch);
   ActStager<Ab, Mma> act;
   Stage s0, s1;
@@ -168,6 +181,7 @@ __global__ void FP8DK_SKINNY_LAUNCH_BOUNDS(Ab, MP)
     step(s0, s1, j);
     if (j + 1 < blocks) step(s1, s0, j + 1);
   }
+  allow_next_grid();
 
   // The sub-iteration that crosses the end of K (last slice only), loaded element by element up to K, by
   // the first warp column.

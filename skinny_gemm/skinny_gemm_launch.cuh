@@ -6,10 +6,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <torch/all.h>
 
+#include "common/launch.h"
 #include "skinny_gemm/skinny_gemm_kernels.cuh"
-#if defined(FP8DK_NVIDIA)
-#include "common/cluster_launch.h"
-#endif
 
 namespace fp8dk::skinny {
 
@@ -35,7 +33,7 @@ constexpr int kMaxClusterSplit = 8;  // the portable cluster size
 // Picks how split-K CTAs meet (the split may shrink so that all clusters run at once), allocates what that
 // needs and launches.
 template <class Ab, class Out, int MP, int LB>
-void launch_kernel(Launch l, const Args& x, const at::Tensor& like, bool split_forced, cudaStream_t stream) {
+void launch_plan(Launch l, const Args& x, const at::Tensor& like, bool split_forced, cudaStream_t stream) {
   auto* kernel = &skinny_gemm_kernel<Ab, Out, MP, LB>;
   const void* fn = reinterpret_cast<const void*>(kernel);
   if (l.smem > 48 * 1024)
@@ -62,15 +60,17 @@ void launch_kernel(Launch l, const Args& x, const at::Tensor& like, bool split_f
       l.grid.y = p.split_k;
     }
   }
+#endif
+  fp8dk::LaunchShape shape;
+  shape.grid = l.grid;
+  shape.block = dim3(kThreads);
+  shape.smem_bytes = l.smem;
   if (p.cluster) {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t config =
-        fp8dk::cluster_launch_config(l.grid, dim3(1, l.grid.y, 1), kThreads, l.smem, stream, &attr);
-    C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, x.a, x.b, x.out, x.bias, x.scale_a, x.scale_b,
-                                      static_cast<float*>(nullptr), static_cast<unsigned*>(nullptr), p));
+    shape.cluster = dim3(1, l.grid.y, 1);
+    fp8dk::launch_kernel(kernel, shape, stream, x.a, x.b, x.out, x.bias, x.scale_a, x.scale_b,
+                         static_cast<float*>(nullptr), static_cast<unsigned*>(nullptr), p);
     return;
   }
-#endif
   float* ws = nullptr;
   unsigned* counters = nullptr;
   at::Tensor workspace;
@@ -84,7 +84,7 @@ void launch_kernel(Launch l, const Args& x, const at::Tensor& like, bool split_f
     ws = reinterpret_cast<float*>(counters + counter_words);
     C10_CUDA_CHECK(cudaMemsetAsync(counters, 0, l.grid.x * sizeof(unsigned), stream));
   }
-  kernel<<<l.grid, kThreads, l.smem, stream>>>(x.a, x.b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, p);
+  fp8dk::launch_kernel(kernel, shape, stream, x.a, x.b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -101,11 +101,11 @@ template <class Ab, class Out, int MP>
 void dispatch_access(const Call& c) {
   switch (c.l.b_access) {
     case 16:
-      return launch_kernel<Ab, Out, MP, 16>(c.l, c.x, c.like, c.split_forced, c.stream);
+      return launch_plan<Ab, Out, MP, 16>(c.l, c.x, c.like, c.split_forced, c.stream);
     case 8:
-      return launch_kernel<Ab, Out, MP, 8>(c.l, c.x, c.like, c.split_forced, c.stream);
+      return launch_plan<Ab, Out, MP, 8>(c.l, c.x, c.like, c.split_forced, c.stream);
     default:
-      return launch_kernel<Ab, Out, MP, Operand<Ab>::kBytes>(c.l, c.x, c.like, c.split_forced, c.stream);
+      return launch_plan<Ab, Out, MP, Operand<Ab>::kBytes>(c.l, c.x, c.like, c.split_forced, c.stream);
   }
 }
 

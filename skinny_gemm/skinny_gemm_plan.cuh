@@ -37,6 +37,7 @@ constexpr int kSubIterBytes = kLanesPerRow * kChunkBytes;        // 64 B of each
 constexpr int kRowsPerLane = kRowBlock * kLanesPerRow / kWarpSize;  // 2 (NVIDIA) or 1 (AMD)
 constexpr int kMaxStageChunks = 2;  // activation chunks (16 B of source) a thread stages per K-block
 constexpr int kRedPad = 4;          // floats of padding per row of the partial-sum tile (bank spread)
+constexpr int kPrefetchBlocks = 2;  // K-blocks of weights a CTA prefetches into L2 before its PDL wait
 
 // Tokens padded to the MMA's token granularity (8 on both vendors' host view; AMD rounds to 16 inside).
 FP8DK_HOST_DEVICE constexpr int padded_m(int m) { return (m + 7) / 8 * 8; }

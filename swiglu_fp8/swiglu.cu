@@ -8,6 +8,7 @@
 
 #include "common/checks.h"
 #include "common/device_info.h"
+#include "common/launch.h"
 #include "common/row_chunk_grid.h"
 #include "swiglu_fp8/swiglu_kernels.cuh"
 #include "torch-ext/torch_binding.h"
@@ -43,9 +44,12 @@ void launch(const fp8dk::SiluAndMulShape& shape, const at::Tensor& out, const at
   const fp8dk::RowChunkGrid s =
       fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
   const float* scale_ptr = scale.has_value() ? scale->const_data_ptr<float>() : nullptr;
+  fp8dk::LaunchShape launch_shape;
+  launch_shape.grid = s.grid;
+  launch_shape.block = s.block;
   const auto run = [&](auto kernel) {
-    kernel<<<s.grid, s.block, 0, stream>>>(in_ptr, out_ptr, scale_ptr, int(d), rows, shape.in.row_stride,
-                                           shape.out.row_stride);
+    fp8dk::launch_kernel(kernel, launch_shape, stream, in_ptr, out_ptr, scale_ptr, int(d), rows,
+                         shape.in.row_stride, shape.out.row_stride);
   };
   switch (w) {
     case 8: run(fp8dk::silu_and_mul_kernel<In, Out, 8>); break;

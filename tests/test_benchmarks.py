@@ -123,3 +123,22 @@ def test_cuda_graph_timer_replays_the_rotation():
     assert timing["calls_per_replay"] % len(calls) == 0
     assert timing["calls_per_replay"] * 5.0 >= sweep.MIN_REPLAY_US
     assert 0 < timing["min_us"] <= timing["median_us"] < 1000
+
+
+def test_pdl_baseline_follows_ours_and_turns_pdl_off(monkeypatch):
+    sweep = sweep_module()
+    seen = []
+
+    def ours(inputs):
+        seen.append(os.environ.get("FP8DK_PDL"))
+
+    shared = {"ours": ours, "eager": print}  # one family's cases share their impls dict
+    cases = [sweep.Case(suite="s", name=f"c{i}", table="t", panel="p", series="", label={}, x=i, nbytes=1,
+                        make_inputs=dict, impls=shared, check=lambda i: (True, "")) for i in range(2)]
+    monkeypatch.setenv("FP8DK_PDL", "1")
+    sweep.add_pdl_baseline(cases)
+    for case in cases:
+        assert list(case.impls) == ["ours", "ours, no PDL", "eager"]
+        case.impls["ours, no PDL"]({})
+        case.impls["ours"]({})
+    assert seen == ["0", "1", "0", "1"] and os.environ["FP8DK_PDL"] == "1"

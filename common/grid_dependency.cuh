@@ -1,0 +1,45 @@
+#pragma once
+// Programmatic dependent launch (PDL), device side. A kernel launched with PDL (common/launch.h) may start
+// while the kernel before it on the stream is still running, so every kernel of this project follows two
+// rules:
+//   wait_for_prior_grid()  before its first access to global memory that a previous kernel may touch (reading
+//                          an input, which may be that kernel's output; writing an output, which that kernel
+//                          may still read). It returns once the previous grid has completed and its memory
+//                          operations are visible.
+//   allow_next_grid()      once the CTA has issued the loads of its inputs: the next kernel on the stream may
+//                          then start its CTAs, which run up to their own wait. It only moves the next
+//                          launch earlier; correctness never depends on where it sits.
+// Before the wait a kernel may compute addresses and prefetch into L2 (L2 is where writes become coherent,
+// so a prefetched line is never stale; see skinny_gemm_kernels.cuh). Both are no-ops before sm_90, on AMD
+// and in a launch without the attribute (griddepcontrol, PTX ISA 7.8).
+#include "common/platform.cuh"
+
+#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FP8DK_GRID_DEPENDENCY 1
+#endif
+
+namespace fp8dk {
+
+FP8DK_DEVICE void wait_for_prior_grid() {
+#if defined(FP8DK_GRID_DEPENDENCY)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+FP8DK_DEVICE void allow_next_grid() {
+#if defined(FP8DK_GRID_DEPENDENCY)
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+// Brings global bytes [p, p + bytes) into L2 without waiting (p and bytes multiples of 16). A hint: no
+// result, no ordering, nothing to wait for.
+FP8DK_DEVICE void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(FP8DK_GRID_DEPENDENCY)
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+}  // namespace fp8dk

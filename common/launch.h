@@ -1,0 +1,150 @@
+#pragma once
+// Host side of a kernel launch, shared by every launcher (no device code): one call that launches a kernel
+// on a stream, with the two NVIDIA sm_90+ launch attributes where they apply:
+//   * thread-block clusters (rmsnorm.cu, skinny_gemm_launch.cuh; device side common/cluster.cuh), and how
+//     many clusters of a shape the device runs at once;
+//   * programmatic dependent launch (PDL; device side common/grid_dependency.cuh): the kernel may start while
+//     the kernel before it on the stream finishes, so its launch latency and prologue hide behind that tail.
+//     A decode step is a chain of short kernels, where the ~1-2 us between two of them is a large part of
+//     each. Captured into CUDA graphs as programmatic edges (CUDA 12.3+).
+// Environment override, read on every launch: FP8DK_PDL=0 launches without PDL (A/B measurements, or a driver
+// that rejects it); unset, empty or 1: PDL wherever the device and the kernel's code support it.
+//
+// Written for both vendors by hand (common/ headers reach hipcc as written: see device_info.h). On ROCm a
+// launch is the plain triple-chevron one: AMD has neither attribute.
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
+#if defined(USE_ROCM)
+#include <hip/hip_runtime.h>
+#else
+#include <cuda_runtime.h>
+#endif
+
+namespace fp8dk {
+
+#if defined(USE_ROCM)
+using Stream = hipStream_t;
+#else
+using Stream = cudaStream_t;
+#endif
+
+// Grid, block, dynamic shared memory and cluster shape (1 x 1 x 1: no cluster) of a launch.
+struct LaunchShape {
+  dim3 grid, block;
+  int smem_bytes = 0;
+  dim3 cluster = dim3(1, 1, 1);
+};
+
+#if !defined(USE_ROCM)
+namespace launch_detail {
+
+inline void check(cudaError_t e, const char* what) {
+  TORCH_CHECK(e == cudaSuccess, "fp8-decode-kernels: ", what, " failed: ", cudaGetErrorString(e));
+}
+
+inline bool clustered(dim3 cluster) { return cluster.x * cluster.y * cluster.z > 1; }
+
+// The launch configuration of `s` on `stream`; `attrs` (2 entries) must outlive it.
+inline cudaLaunchConfig_t config(const LaunchShape& s, cudaStream_t stream, bool pdl, cudaLaunchAttribute* attrs) {
+  cudaLaunchConfig_t c = {};
+  c.gridDim = s.grid;
+  c.blockDim = s.block;
+  c.dynamicSmemBytes = s.smem_bytes;
+  c.stream = stream;
+  c.attrs = attrs;
+  if (clustered(s.cluster)) {
+    cudaLaunchAttribute& a = attrs[c.numAttrs++];
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = s.cluster.x;
+    a.val.clusterDim.y = s.cluster.y;
+    a.val.clusterDim.z = s.cluster.z;
+  }
+  if (pdl) {
+    cudaLaunchAttribute& a = attrs[c.numAttrs++];
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+  }
+  return c;
+}
+
+// The PTX version of `kernel`'s code loaded for the current device (90 for sm_90a): whether the code has the
+// sm_90 paths (clusters, griddepcontrol) or their fallbacks. Cached per kernel and device.
+inline int ptx_version(const void* kernel) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find({kernel, device});
+  if (it == cache.end()) {
+    cudaFuncAttributes attrs;
+    check(cudaFuncGetAttributes(&attrs, kernel), "cudaFuncGetAttributes");
+    it = cache.emplace(std::make_pair(kernel, device), attrs.ptxVersion).first;
+  }
+  return it->second;
+}
+
+// FP8DK_PDL (top of the file).
+inline bool pdl_requested() {
+  const char* v = std::getenv("FP8DK_PDL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
+  TORCH_CHECK(std::strcmp(v, "0") == 0, "fp8-decode-kernels: FP8DK_PDL must be 0 or 1, got '", v, "'");
+  return false;
+}
+
+}  // namespace launch_detail
+
+// Clusters of `cluster` CTAs (`threads` threads, `smem_bytes` of dynamic shared memory each) of `kernel` that
+// the current device runs at once: 0 where the kernel's code was built for less than compute_90 (its cluster
+// code is then the one-CTA fallback of common/cluster.cuh) or no such cluster fits. Cached per kernel, shape
+// and device: a launch pays a map lookup, not these queries.
+inline int max_active_clusters(const void* kernel, dim3 cluster, int threads, int smem_bytes) {
+  if (launch_detail::ptx_version(kernel) < 90) return 0;
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, unsigned, unsigned, int, int, int>, int> cache;
+  int device = 0;
+  launch_detail::check(cudaGetDevice(&device), "cudaGetDevice");
+  const auto key = std::make_tuple(kernel, cluster.x, cluster.y, threads, smem_bytes, device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    LaunchShape s;
+    s.grid = cluster;
+    s.block = dim3(threads);
+    s.smem_bytes = smem_bytes;
+    s.cluster = cluster;
+    cudaLaunchAttribute attrs[2];
+    const cudaLaunchConfig_t c = launch_detail::config(s, nullptr, false, attrs);
+    int clusters = 0;
+    launch_detail::check(cudaOccupancyMaxActiveClusters(&clusters, kernel, &c), "cudaOccupancyMaxActiveClusters");
+    it = cache.emplace(key, clusters).first;
+  }
+  return it->second;
+}
+#endif
+
+// Launches kernel(args...) with shape `s` on `stream`: in clusters when s.cluster has more than one CTA (the
+// caller checked max_active_clusters; NVIDIA only), and with PDL where the kernel's code waits for the prior
+// grid (built for sm_90+) and FP8DK_PDL allows it.
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), const LaunchShape& s, Stream stream, Args&&... args) {
+#if defined(USE_ROCM)
+  TORCH_CHECK(s.cluster.x * s.cluster.y * s.cluster.z == 1, "fp8-decode-kernels: no thread-block clusters on ROCm");
+  kernel<<<s.grid, s.block, s.smem_bytes, stream>>>(std::forward<Args>(args)...);
+#else
+  const bool pdl = launch_detail::pdl_requested() &&
+                   launch_detail::ptx_version(reinterpret_cast<const void*>(kernel)) >= 90;
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t c = launch_detail::config(s, stream, pdl, attrs);
+  launch_detail::check(cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
+#endif
+}
+
+}  // namespace fp8dk
