@@ -19,6 +19,7 @@ shape) and OUT/<suite>.png (latency and % of copy bandwidth against rows).
 """
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -672,20 +673,28 @@ def progress_line(index: int, total: int, elapsed_s: float, record: dict) -> str
     return f"{head}: " + " | ".join(parts)
 
 
+@contextlib.contextmanager
+def environment(values: dict):
+    """The environment variables `values` set for the duration of the block, then restored. Our launchers read
+    their overrides (FP8DK_*) at every launch, so this also holds while a graph is captured."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def without_pdl(fn: Callable) -> Callable:
-    """fn(inputs) with FP8DK_PDL=0: our launches without programmatic dependent launch. common/launch.h reads
-    the variable at every launch, so this also holds while a graph is captured."""
+    """fn(inputs) with FP8DK_PDL=0: our launches without programmatic dependent launch."""
 
     def run(inputs):
-        previous = os.environ.get("FP8DK_PDL")
-        os.environ["FP8DK_PDL"] = "0"
-        try:
+        with environment({"FP8DK_PDL": "0"}):
             return fn(inputs)
-        finally:
-            if previous is None:
-                del os.environ["FP8DK_PDL"]
-            else:
-                os.environ["FP8DK_PDL"] = previous
 
     return run
 

@@ -14,14 +14,13 @@ is reported and skipped.
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep import CudaGraphTimer, copy_bandwidth, describe_device  # noqa: E402
+from sweep import CudaGraphTimer, copy_bandwidth, describe_device, environment  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = {"qkv": (2304, 16384), "gate_up": (13312, 16384), "down": (16384, 6656)}
@@ -66,20 +65,13 @@ def main(argv=None) -> int:
             peer = timer.time([lambda w=w: torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
                                for w in weights], est_us)["median_us"]
             for name, env in configs:
-                saved = {key: os.environ.get(key) for key in env}
-                os.environ.update(env)
                 try:
-                    us = timer.time([lambda w=w: k.skinny_gemm(a, w, scale_a, scale_b, out_dtype=torch.bfloat16)
-                                     for w in weights], est_us)["median_us"]
+                    with environment(env):
+                        us = timer.time([lambda w=w: k.skinny_gemm(a, w, scale_a, scale_b, out_dtype=torch.bfloat16)
+                                         for w in weights], est_us)["median_us"]
                 except RuntimeError as e:
                     print(f"{layer:8s} M={m:<3d} {name:14s} rejected: {str(e).splitlines()[0]}", flush=True)
                     continue
-                finally:
-                    for key, value in saved.items():
-                        if value is None:
-                            os.environ.pop(key, None)
-                        else:
-                            os.environ[key] = value
                 pct = 100 * nbytes / (us * 1e3) / copy_gbps
                 rows.append({"layer": layer, "m": m, "config": name, "us": us, "scaled_mm_us": peer,
                              "pct_copy_bw": pct, "speedup": peer / us})
