@@ -6,17 +6,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#if defined(USE_ROCM)
-#include <hip/hip_runtime.h>
-#else
-#include <cuda_runtime.h>
-#endif
+#include "common/launch.h"
 
 namespace fp8dk {
-
-struct RowChunkGrid {
-  dim3 grid, block;
-};
 
 namespace row_chunk_grid_detail {
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -35,11 +27,11 @@ inline int64_t pow2_ceil(int64_t n) {
 // grid): the block scheduler balances the tail, nothing loop-invariant can be hoisted ahead of the data
 // loads, and 8 resident 256-thread blocks per multiprocessor keep 64 KB of loads in flight, about twice what
 // H200's bandwidth-latency product needs per SM.
-inline RowChunkGrid row_chunk_grid(int64_t chunks, int64_t rows, int max_threads, int max_grid_y, int sm_count) {
+inline LaunchShape row_chunk_grid(int64_t chunks, int64_t rows, int max_threads, int max_grid_y, int sm_count) {
   using row_chunk_grid_detail::ceil_div;
   using row_chunk_grid_detail::pow2_ceil;
   constexpr int kMinThreads = 64;
-  RowChunkGrid s;
+  LaunchShape s;
   for (int threads = max_threads;; threads /= 2) {
     int bx = int(std::min<int64_t>(threads, pow2_ceil(chunks)));
     while (bx > 1 && (ceil_div(chunks, bx) * bx - chunks) * 16 > chunks) bx /= 2;

@@ -42,14 +42,11 @@ void launch(const fp8dk::QuantizeFp8Shape& shape, const at::Tensor& out, const a
   const auto* in_ptr = static_cast<const uint16_t*>(input.const_data_ptr());
   auto* out_ptr = static_cast<uint8_t*>(out.data_ptr());
   const int w = store_width(in_ptr, out_ptr, rows, shape.in.row_stride, shape.out.row_stride);
-  const fp8dk::RowChunkGrid s =
+  const fp8dk::LaunchShape s =
       fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
   const float* scale_ptr = scale.const_data_ptr<float>();
-  fp8dk::LaunchShape launch_shape;
-  launch_shape.grid = s.grid;
-  launch_shape.block = s.block;
   const auto run = [&](auto kernel) {
-    fp8dk::launch_kernel(kernel, launch_shape, stream, in_ptr, out_ptr, scale_ptr, int(d), rows,
+    fp8dk::launch_kernel(kernel, s, stream, in_ptr, out_ptr, scale_ptr, int(d), rows,
                          shape.in.row_stride, shape.out.row_stride);
   };
   switch (w) {

@@ -41,14 +41,11 @@ void launch(const fp8dk::SiluAndMulShape& shape, const at::Tensor& out, const at
   auto* out_ptr = static_cast<uint8_t*>(out.data_ptr());
   const int w = vector_width(in_ptr, out_ptr, fp8dk::swiglu::kOutBytes<Out>, d, rows, shape.in.row_stride,
                              shape.out.row_stride);
-  const fp8dk::RowChunkGrid s =
+  const fp8dk::LaunchShape s =
       fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
   const float* scale_ptr = scale.has_value() ? scale->const_data_ptr<float>() : nullptr;
-  fp8dk::LaunchShape launch_shape;
-  launch_shape.grid = s.grid;
-  launch_shape.block = s.block;
   const auto run = [&](auto kernel) {
-    fp8dk::launch_kernel(kernel, launch_shape, stream, in_ptr, out_ptr, scale_ptr, int(d), rows,
+    fp8dk::launch_kernel(kernel, s, stream, in_ptr, out_ptr, scale_ptr, int(d), rows,
                          shape.in.row_stride, shape.out.row_stride);
   };
   switch (w) {

@@ -83,6 +83,14 @@ def eager(chain):
     return chain.results()
 
 
+def serialized_then_pdl(chain, monkeypatch):
+    """The chain's results without PDL (the reference), then PDL switched on for the rest of the test."""
+    monkeypatch.setenv("FP8DK_PDL", "0")
+    want = eager(chain)
+    monkeypatch.setenv("FP8DK_PDL", "1")
+    return want
+
+
 def assert_same(got, want, what):
     for name, ref in want.items():
         assert not ref.float().isnan().any(), f"{name}: the reference run left NaN (a buffer was not written)"
@@ -96,9 +104,7 @@ SHAPES = [(1, 1024, 2816), (24, 4096, 7168)]
 @pytest.mark.parametrize("m,hidden,inter", SHAPES, ids=[f"m{m}_h{h}" for m, h, _ in SHAPES])
 def test_chain_eager_equals_serialized(kernel, monkeypatch, m, hidden, inter):
     chain = Chain(kernel, m, hidden, inter)
-    monkeypatch.setenv("FP8DK_PDL", "0")
-    want = eager(chain)
-    monkeypatch.setenv("FP8DK_PDL", "1")
+    want = serialized_then_pdl(chain, monkeypatch)
     for attempt in range(3):
         assert_same(eager(chain), want, f"eager with PDL, run {attempt}")
 
@@ -106,9 +112,7 @@ def test_chain_eager_equals_serialized(kernel, monkeypatch, m, hidden, inter):
 @pytest.mark.parametrize("m,hidden,inter", SHAPES, ids=[f"m{m}_h{h}" for m, h, _ in SHAPES])
 def test_chain_graph_equals_serialized(kernel, monkeypatch, m, hidden, inter):
     chain = Chain(kernel, m, hidden, inter)
-    monkeypatch.setenv("FP8DK_PDL", "0")
-    want = eager(chain)
-    monkeypatch.setenv("FP8DK_PDL", "1")
+    want = serialized_then_pdl(chain, monkeypatch)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up outside the capture (cluster occupancy queries, attributes)
