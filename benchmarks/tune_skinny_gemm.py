@@ -4,6 +4,7 @@ beyond L2, medians), in one process.
 
     python benchmarks/tune_skinny_gemm.py                          # 405B TP8 shapes, M = 1, 8, 16, 32
     python benchmarks/tune_skinny_gemm.py --m 1 --layers qkv --split-k 1 2 4 --block-n 16 32 64
+    python benchmarks/tune_skinny_gemm.py --m 8 --layers qkv --pairs 16:4 32:2   # both overrides at once
     python benchmarks/tune_skinny_gemm.py --out tune.json          # also write the rows as JSON
 
 Prints one row per (layer, M, configuration): microseconds, % of the copy bandwidth measured in the same run,
@@ -33,6 +34,8 @@ def parse_args(argv=None):
     p.add_argument("--m", type=int, nargs="+", default=[1, 8, 16, 32])
     p.add_argument("--block-n", type=int, nargs="*", default=[], help="FP8DK_SKINNY_BLOCK_N values to try")
     p.add_argument("--split-k", type=int, nargs="*", default=[], help="FP8DK_SKINNY_SPLIT_K values to try")
+    p.add_argument("--pairs", nargs="*", default=[], metavar="BLOCK_N:SPLIT_K",
+                   help="both overrides at once, e.g. 16:4 32:2")
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
     return p.parse_args(argv)
 
@@ -51,6 +54,9 @@ def main(argv=None) -> int:
     configs = [("default", {}), ("no PDL", {"FP8DK_PDL": "0"})]
     configs += [(f"block_n={b}", {"FP8DK_SKINNY_BLOCK_N": str(b)}) for b in args.block_n]
     configs += [(f"split_k={c}", {"FP8DK_SKINNY_SPLIT_K": str(c)}) for c in args.split_k]
+    for pair in args.pairs:
+        b, c = pair.split(":")
+        configs.append((f"block_n={b},split_k={c}", {"FP8DK_SKINNY_BLOCK_N": b, "FP8DK_SKINNY_SPLIT_K": c}))
     rows = []
     scale_a = torch.tensor([1.0], device=dev)
     for layer in args.layers:
@@ -70,12 +76,12 @@ def main(argv=None) -> int:
                         us = timer.time([lambda w=w: k.skinny_gemm(a, w, scale_a, scale_b, out_dtype=torch.bfloat16)
                                          for w in weights], est_us)["median_us"]
                 except RuntimeError as e:
-                    print(f"{layer:8s} M={m:<3d} {name:14s} rejected: {str(e).splitlines()[0]}", flush=True)
+                    print(f"{layer:8s} M={m:<3d} {name:24s} rejected: {str(e).splitlines()[0]}", flush=True)
                     continue
                 pct = 100 * nbytes / (us * 1e3) / copy_gbps
                 rows.append({"layer": layer, "m": m, "config": name, "us": us, "scaled_mm_us": peer,
                              "pct_copy_bw": pct, "speedup": peer / us})
-                print(f"{layer:8s} M={m:<3d} {name:14s} {us:8.2f} us {pct:5.1f}% BW  _scaled_mm {peer:8.2f} us "
+                print(f"{layer:8s} M={m:<3d} {name:24s} {us:8.2f} us {pct:5.1f}% BW  _scaled_mm {peer:8.2f} us "
                       f"{peer / us:5.2f}x", flush=True)
         del weights
         torch.cuda.empty_cache()
