@@ -95,10 +95,14 @@ FP8DK_HOST_DEVICE constexpr int act_pitch(int block_elems, int staged_bytes) {
 //    activations are at most kMaxStageChunks chunks per thread. Then, while there are more tiles than the GPU
 //    runs at once (SMs * CTAs per SM) and WN < kWarps, double WN: one wave of equally sized CTAs, since a
 //    tail wave of a few CTAs cannot keep HBM busy.
-// 3. split_k: one CTA per SM is enough weight bytes in flight (>= 32 KB), so split_k = round(SMs / tiles),
-//    at least 1, at most what still runs as one wave (SMs * CTAs per SM / tiles), at most one K-block per
-//    split, and small enough that the fp32 partials (split_k * M * N * 4 B, written and read once) stay
-//    under ~1/8 of the weight bytes.
+// 3. split_k: fill the CTA slots of the GPU (SMs * CTAs per SM), not just the SMs: with one CTA on an SM, its
+//    barrier per K-block stalls the SM's whole weight stream (stream_ceiling.cu: 36% of the time at QKV), and
+//    a second CTA hides it (405B QKV at M = 8-16 13-16% faster, 8B/70B shapes up to 33%, nothing slower:
+//    docs/experiments/README.md item 8). So
+//    split_k = round(slots / tiles), at least 1, at most what still runs as one wave (slots / tiles), at most
+//    one K-block per split, and small enough that the fp32 partials (split_k * M * N * 4 B, written and read
+//    once) stay under ~1/8 of the weight bytes. With tiles >= SMs there is no split: a second wave of short
+//    slices costs more than it hides.
 // 4. (launcher, sm_90+) with split_k > 1, the largest split <= min(split_k, 8) whose clusters the device runs
 //    all at once (cudaOccupancyMaxActiveClusters); the workspace path when none does.
 // The launcher lets FP8DK_SKINNY_BLOCK_N and FP8DK_SKINNY_SPLIT_K override 2. and 3. (tuning, tests).
@@ -131,8 +135,9 @@ inline int default_split_k(const Shape& s, int wn, int lb, int sms) {
   const int rb = row_blocks(padded_m(s.m));
   const int tiles = ceil_div(s.n, kRowBlock * rb * wn);
   if (tiles >= sms || s.k == 0) return 1;
-  int split = (sms + tiles / 2) / tiles;
-  const int one_wave = sms * ctas_per_sm(rb) / tiles;
+  const int slots = sms * ctas_per_sm(rb);
+  int split = (slots + tiles / 2) / tiles;
+  const int one_wave = slots / tiles;
   const long long partial_cap = static_cast<long long>(s.k) * s.elem_bytes / (64LL * s.m);
   if (split > one_wave) split = one_wave;
   if (split > partial_cap) split = static_cast<int>(partial_cap);
