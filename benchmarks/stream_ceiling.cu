@@ -2,8 +2,8 @@
 // timed as benchmarks/sweep.py times ours (one CUDA graph over buffers rotated beyond L2, PDL launches,
 // median per call), next to the 1 GiB cudaMemcpy the sweep's "% of copy bandwidth" divides by.
 //
-//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/stream_ceiling.cu -o /tmp/stream_ceiling
-//   /tmp/stream_ceiling > stream-ceiling.json
+//   nvcc -O3 -std=c++20 -I. -gencode arch=compute_90a,code=sm_90a benchmarks/stream_ceiling.cu -o stream_ceiling
+//   ./stream_ceiling > stream-ceiling.json          (from the repository root)
 //
 // Five families, each a ceiling for one of our kernels:
 //   flat_rw      grid-stride, persistent CTAs, U vectors per input in flight: the best an elementwise kernel can
@@ -16,9 +16,13 @@
 //                without a CTA barrier per K-block: separates the access pattern from the arithmetic;
 //   gemv_direct  the same walk plus the FP8 arithmetic of an M = 1 GEMM (unpack + mma.sync, activations read
 //                per lane from L1 instead of staged in shared memory): no barrier at all in the loop.
-// Not a test and not shipped: a measurement tool whose results sit in benchmarks/results/.
-#include <cuda_fp16.h>
+// Not a test and not shipped: a measurement tool whose results sit in benchmarks/results/. Its loads, PDL calls,
+// FP8 unpack and MMA are the kernels' own (common/, skinny_gemm/), so it measures with the same instructions.
 #include <cuda_runtime.h>
+
+#include "common/grid_dependency.cuh"
+#include "common/vec.cuh"
+#include "skinny_gemm/skinny_gemm_mma_nv.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -34,31 +38,20 @@
     }                                                                                     \
   } while (0)
 
-struct alignas(16) V4 {
-  unsigned x, y, z, w;
-};
+using fp8dk::Pack;
+using V4 = Pack<16>;
 
-__device__ __forceinline__ V4 load_stream(const void* p) {
-  V4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
+FP8DK_DEVICE V4 load_stream(const void* p) { return fp8dk::load_nt<16>(p); }
+FP8DK_DEVICE V4 load_cached(const void* p) { return fp8dk::load_ro<16>(p); }
+FP8DK_DEVICE void store16(void* p, const V4& v) { fp8dk::store<16>(p, v); }
+FP8DK_DEVICE void store8(void* p, unsigned a, unsigned b) {
+  Pack<8> v;
+  v.w[0] = a, v.w[1] = b;
+  fp8dk::store<8>(p, v);
 }
-__device__ __forceinline__ V4 load_cached(const void* p) {
-  V4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void store16(void* p, V4 v) {
-  asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-__device__ __forceinline__ void store8(void* p, unsigned a, unsigned b) {
-  asm volatile("st.global.v2.u32 [%0], {%1,%2};" ::"l"(p), "r"(a), "r"(b) : "memory");
-}
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_allow() { asm volatile("griddepcontrol.launch_dependents;" :::); }
-__device__ __forceinline__ unsigned mix(V4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+FP8DK_DEVICE void pdl_wait() { fp8dk::wait_for_prior_grid(); }
+FP8DK_DEVICE void pdl_allow() { fp8dk::allow_next_grid(); }
+FP8DK_DEVICE unsigned mix(const V4& v) { return v.w[0] ^ v.w[1] ^ v.w[2] ^ v.w[3]; }
 
 // ------------------------------------------------------------------------------------------------ flat_rw
 // in0, in1: n vectors of 16 B; out0 (optional): n vectors of 16 B; out1: n vectors of 8 B.
@@ -79,9 +72,11 @@ __global__ void __launch_bounds__(256) flat_rw(const V4* in0, const V4* in1, V4*
     for (int u = 0; u < U; ++u) {
       const long long i = i0 + u * stride;
       if (i < n) {
-        const V4 s{a[u].x ^ b[u].x, a[u].y ^ b[u].y, a[u].z ^ b[u].z, a[u].w ^ b[u].w};
+        V4 s;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) s.w[w] = a[u].w[w] ^ b[u].w[w];
         if (kOut0) store16(out0 + i, s);
-        store8(out1 + i, s.x ^ s.y, s.z ^ s.w);
+        store8(out1 + i, s.w[0] ^ s.w[1], s.w[2] ^ s.w[3]);
       }
     }
   }
@@ -114,9 +109,11 @@ __global__ void __launch_bounds__(VPT >= 8 ? 256 : 1024) row_rw(const V4* in0, c
   for (int v = 0; v < VPT; ++v) {
     const int i = threadIdx.x + v * blockDim.x;
     if (i < row_vecs) {
-      const V4 s{a[v].x ^ b[v].x, a[v].y ^ b[v].y, a[v].z ^ b[v].z, a[v].w ^ acc};
+      V4 s;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) s.w[w] = a[v].w[w] ^ b[v].w[w] ^ (w == 3 ? acc : 0u);
       if (kOut0) store16(out0 + base + i, s);
-      store8(out1 + base + i, s.x ^ s.y, s.z ^ s.w);
+      store8(out1 + base + i, s.w[0] ^ s.w[1], s.w[2] ^ s.w[3]);
     }
   }
 }
@@ -173,16 +170,6 @@ __global__ void __launch_bounds__(256, 2)
 // its weight chunks and the 16 activation bytes of the same K positions (read through L1: every CTA reads the
 // same activation row) to f16 and runs mma.sync m16n8k16 with the tokens as the N operand (token 0; the other
 // columns read the same row).
-__device__ __forceinline__ void unpack4(unsigned w, unsigned& lo, unsigned& hi) {
-  unsigned short l = static_cast<unsigned short>(w), h = static_cast<unsigned short>(w >> 16);
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"(l));
-  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"(h));
-}
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 template <int RING>
 __global__ void __launch_bounds__(256, 2)
     gemv_direct(const unsigned char* a, const unsigned char* b, int n, int k, int split, float* partial) {
@@ -209,16 +196,13 @@ __global__ void __launch_bounds__(256, 2)
     for (int d = 0; d < RING; ++d) {
       const int s = s0 + d;
       if (s < total) {
-        const unsigned* w0 = &ring[d][0].x;
-        const unsigned* w1 = &ring[d][1].x;
-        const unsigned* x = &ring[d][2].x;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          unsigned af[4], b0, b1;
-          unpack4(w0[q], af[0], af[2]);
-          unpack4(w1[q], af[1], af[3]);
-          unpack4(x[q], b0, b1);
-          mma16816(acc, af, b0, b1);
+          uint32_t af[4], b0, b1;
+          fp8dk::skinny::unpack_fp8x4<fp8dk::E4m3fn>(ring[d][0].w[q], af[0], af[2]);
+          fp8dk::skinny::unpack_fp8x4<fp8dk::E4m3fn>(ring[d][1].w[q], af[1], af[3]);
+          fp8dk::skinny::unpack_fp8x4<fp8dk::E4m3fn>(ring[d][2].w[q], b0, b1);
+          fp8dk::skinny::mma_m16n8k16(fp8dk::Fp16{}, acc, af, b0, b1);
         }
       }
       if (s + RING < total) load(ring[d], s + RING);
