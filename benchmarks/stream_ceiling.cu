@@ -229,6 +229,28 @@ static void launch(K kernel, dim3 grid, dim3 block, Args... args) {
   CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
+// Median milliseconds of `enqueue` on the stream, timed with events over 20 repetitions after 3 warm ones.
+template <class F>
+static double median_ms(F enqueue) {
+  std::vector<float> ms;
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  for (int rep = 0; rep < 23; ++rep) {
+    CHECK(cudaEventRecord(e0, g_stream));
+    enqueue();
+    CHECK(cudaEventRecord(e1, g_stream));
+    CHECK(cudaEventSynchronize(e1));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (rep >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(cudaEventDestroy(e0));
+  CHECK(cudaEventDestroy(e1));
+  return ms[ms.size() / 2];
+}
+
 // Median microseconds per call of a graph that calls launch(set) over `sets` rotated sets, repeated to >= 2 ms.
 template <class F>
 static double time_per_call(F launch_set, int sets, double est_us) {
@@ -242,25 +264,10 @@ static double time_per_call(F launch_set, int sets, double est_us) {
     for (int s = 0; s < sets; ++s) launch_set(s);
   CHECK(cudaStreamEndCapture(g_stream, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  std::vector<float> ms;
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  for (int rep = 0; rep < 23; ++rep) {
-    CHECK(cudaEventRecord(e0, g_stream));
-    CHECK(cudaGraphLaunch(exec, g_stream));
-    CHECK(cudaEventRecord(e1, g_stream));
-    CHECK(cudaEventSynchronize(e1));
-    float t;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (rep >= 3) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
+  const double ms = median_ms([&] { CHECK(cudaGraphLaunch(exec, g_stream)); });
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaEventDestroy(e0));
-  CHECK(cudaEventDestroy(e1));
-  return ms[ms.size() / 2] * 1e3 / (rounds * sets);
+  return ms * 1e3 / (rounds * sets);
 }
 
 static double memcpy_gbps(size_t bytes) {
@@ -268,23 +275,10 @@ static double memcpy_gbps(size_t bytes) {
   CHECK(cudaMalloc(&src, bytes));
   CHECK(cudaMalloc(&dst, bytes));
   CHECK(cudaMemset(src, 1, bytes));
-  std::vector<float> ms;
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  for (int rep = 0; rep < 23; ++rep) {
-    CHECK(cudaEventRecord(e0, g_stream));
-    CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream));
-    CHECK(cudaEventRecord(e1, g_stream));
-    CHECK(cudaEventSynchronize(e1));
-    float t;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
-    if (rep >= 3) ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
+  const double ms = median_ms([&] { CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_stream)); });
   CHECK(cudaFree(src));
   CHECK(cudaFree(dst));
-  return 2.0 * bytes / (ms[ms.size() / 2] * 1e-3) / 1e9;
+  return 2.0 * bytes / (ms * 1e-3) / 1e9;
 }
 
 static const size_t kRotation = 192ull << 20;
