@@ -95,9 +95,9 @@ FP8DK_HOST_DEVICE constexpr int act_pitch(int block_elems, int staged_bytes) {
 //    activations are at most kMaxStageChunks chunks per thread. Then, while there are more tiles than the GPU
 //    runs at once (SMs * CTAs per SM) and WN < kWarps, double WN: one wave of equally sized CTAs, since a
 //    tail wave of a few CTAs cannot keep HBM busy.
-// 3. split_k: fill the CTA slots of the GPU (SMs * CTAs per SM), not just the SMs: with one CTA on an SM, its
-//    barrier per K-block stalls the SM's whole weight stream (stream_ceiling.cu: 36% of the time at QKV), and
-//    a second CTA hides it (405B QKV at M = 8-16 13-16% faster, 8B/70B shapes up to 33%, nothing slower:
+// 3. split_k: fill the CTA slots of the GPU (SMs * CTAs per SM), not just the SMs: one CTA per SM streams the
+//    weights 20-35% slower than several (stream_ceiling.cu, the kernel's walk at QKV), and the split that fills
+//    the slots is faster (405B QKV at M = 8-16 13-16%, 8B/70B shapes up to 33%, nothing slower:
 //    docs/experiments/README.md item 8). So
 //    split_k = round(slots / tiles), at least 1, at most what still runs as one wave (slots / tiles), at most
 //    one K-block per split, and small enough that the fp32 partials (split_k * M * N * 4 B, written and read
