@@ -114,12 +114,15 @@ struct Shape {
 
 inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
 
+// CTAs the GPU runs at once with row-block count rb: the slots steps 2 and 3 fill.
+inline int cta_slots(int rb, int sms) { return sms * ctas_per_sm(rb); }
+
 inline int default_wn(const Shape& s, int sms) {
   const int rb = row_blocks(padded_m(s.m));
   const int rows_per_warp = kRowBlock * rb;
   int wn = 1;
   while (wn < kWarps && rows_per_warp * wn < 4 * s.m) wn *= 2;
-  const int slots = sms * ctas_per_sm(rb);
+  const int slots = cta_slots(rb, sms);
   while (wn < kWarps && ceil_div(s.n, rows_per_warp * wn) > slots) wn *= 2;
   return wn;
 }
@@ -135,7 +138,7 @@ inline int default_split_k(const Shape& s, int wn, int lb, int sms) {
   const int rb = row_blocks(padded_m(s.m));
   const int tiles = ceil_div(s.n, kRowBlock * rb * wn);
   if (tiles >= sms || s.k == 0) return 1;
-  const int slots = sms * ctas_per_sm(rb);
+  const int slots = cta_slots(rb, sms);
   int split = (slots + tiles / 2) / tiles;
   const int one_wave = slots / tiles;
   const long long partial_cap = static_cast<long long>(s.k) * s.elem_bytes / (64LL * s.m);
