@@ -139,10 +139,9 @@ __global__ void __launch_bounds__(256, 2)
   const int blocks = static_cast<int>(slice / 2048);
   const int total = blocks * 4;  // sub-iterations of this warp
   const int rot = rotate ? static_cast<int>(blockIdx.x % blocks) : 0;
-  auto offset = [&](int s) {
-    int blk = (s >> 2) + rot;
-    blk = blk >= blocks ? blk - blocks : blk;
-    return blk * 2048LL + (s & 3) * 64;
+  auto offset = [&](int s) {  // walk_offset with the block index rotated
+    const int blk = (s >> 2) + rot;
+    return walk_offset(((blk >= blocks ? blk - blocks : blk) << 2) | (s & 3));
   };
   pdl_wait();
   V4 ring[RING][2];
