@@ -152,7 +152,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--pdl-baseline", action="store_true",
                         help="also time our kernels launched without programmatic dependent launch "
                              "(FP8DK_PDL=0) as the peer 'ours, no PDL': what PDL gains, in the same run")
+    parser.add_argument("--env-baseline", action="append", default=[], metavar="KEY=VALUE",
+                        help="also time our kernels with the environment variable KEY=VALUE set (a launcher "
+                             "override such as FP8DK_RMSNORM_PERSISTENT=0) as the peer 'ours, KEY=VALUE', in "
+                             "the same run; repeatable")
     args = parser.parse_args(argv)
+    for setting in args.env_baseline:
+        if "=" not in setting or not setting.split("=", 1)[0]:
+            parser.error(f"--env-baseline {setting!r}: expected KEY=VALUE")
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -689,29 +696,39 @@ def environment(values: dict):
                 os.environ[key] = value
 
 
-def without_pdl(fn: Callable) -> Callable:
-    """fn(inputs) with FP8DK_PDL=0: our launches without programmatic dependent launch."""
+def with_environment(fn: Callable, values: dict) -> Callable:
+    """fn(inputs) with the environment variables `values` set (our launchers read their overrides per call,
+    so a graph captured through this runs the launch they pick)."""
 
     def run(inputs):
-        with environment({"FP8DK_PDL": "0"}):
+        with environment(values):
             return fn(inputs)
 
     return run
 
 
-def add_pdl_baseline(cases: list) -> None:
-    """Puts 'ours, no PDL' right after 'ours' in every case (cases of one family may share an impls dict)."""
+def baselines(args) -> dict:
+    """Peer label -> environment of our kernels timed beside 'ours' (--pdl-baseline, --env-baseline)."""
+    peers = {"ours, no PDL": {"FP8DK_PDL": "0"}} if args.pdl_baseline else {}
+    for setting in args.env_baseline:
+        key, value = setting.split("=", 1)
+        peers[f"ours, {key}={value}"] = {key: value}
+    return peers
+
+
+def add_baselines(cases: list, peers: dict) -> None:
+    """Puts our kernels under each environment of `peers` right after 'ours' in every case (cases of one
+    family may share an impls dict)."""
     for case in cases:
         ours = case.impls["ours"]
-        peers = {name: fn for name, fn in case.impls.items() if name != "ours"}
-        case.impls = {"ours": ours, "ours, no PDL": without_pdl(ours), **peers}
+        others = {name: fn for name, fn in case.impls.items() if name != "ours"}
+        case.impls = {"ours": ours, **{label: with_environment(ours, env) for label, env in peers.items()}, **others}
 
 
 def run_suites(args, k, plan: Plan, timer, rotation: int, copy_gbps: float) -> list:
     cases = {suite: list(SUITE_CASES[suite](k, plan, args.device, args.dtype, args.compile))
              for suite in args.suite}
-    if args.pdl_baseline:
-        add_pdl_baseline([c for suite_cases in cases.values() for c in suite_cases])
+    add_baselines([c for suite_cases in cases.values() for c in suite_cases], baselines(args))
     total = sum(len(c) for c in cases.values())
     start = time.monotonic()
     records, index, group = [], 0, None
@@ -884,6 +901,7 @@ def main(argv=None) -> int:
         "dtypes": args.dtype,
         "budget_seconds": args.budget_seconds,
         "pdl_baseline": args.pdl_baseline,
+        "env_baselines": args.env_baseline,
     }
     print(f"sweep on {device_info['name']}: copy bandwidth {copy['gbps']:.0f} GB/s, writing to {out_dir}",
           file=sys.stderr, flush=True)

@@ -136,9 +136,26 @@ def test_pdl_baseline_follows_ours_and_turns_pdl_off(monkeypatch):
     cases = [sweep.Case(suite="s", name=f"c{i}", table="t", panel="p", series="", label={}, x=i, nbytes=1,
                         make_inputs=dict, impls=shared, check=lambda i: (True, "")) for i in range(2)]
     monkeypatch.setenv("FP8DK_PDL", "1")
-    sweep.add_pdl_baseline(cases)
+    sweep.add_baselines(cases, sweep.baselines(sweep.parse_args(["--pdl-baseline"])))
     for case in cases:
         assert list(case.impls) == ["ours", "ours, no PDL", "eager"]
         case.impls["ours, no PDL"]({})
         case.impls["ours"]({})
     assert seen == ["0", "1", "0", "1"] and os.environ["FP8DK_PDL"] == "1"
+
+
+def test_env_baseline_sets_its_variable_per_call(monkeypatch):
+    sweep = sweep_module()
+    seen = []
+    shared = {"ours": lambda inputs: seen.append(os.environ.get("FP8DK_RMSNORM_PERSISTENT")), "eager": print}
+    cases = [sweep.Case(suite="s", name="c", table="t", panel="p", series="", label={}, x=0, nbytes=1,
+                        make_inputs=dict, impls=shared, check=lambda i: (True, ""))]
+    monkeypatch.delenv("FP8DK_RMSNORM_PERSISTENT", raising=False)
+    args = sweep.parse_args(["--env-baseline", "FP8DK_RMSNORM_PERSISTENT=0"])
+    sweep.add_baselines(cases, sweep.baselines(args))
+    assert list(cases[0].impls) == ["ours", "ours, FP8DK_RMSNORM_PERSISTENT=0", "eager"]
+    cases[0].impls["ours, FP8DK_RMSNORM_PERSISTENT=0"]({})
+    cases[0].impls["ours"]({})
+    assert seen == ["0", None] and "FP8DK_RMSNORM_PERSISTENT" not in os.environ
+    with pytest.raises(SystemExit):
+        sweep.parse_args(["--env-baseline", "FP8DK_RMSNORM_PERSISTENT"])
