@@ -130,6 +130,34 @@ inline int max_active_clusters(const void* kernel, dim3 cluster, int threads, in
 }
 #endif
 
+// CTAs of `kernel` (`threads` threads, `smem_bytes` of dynamic shared memory each) that one SM/CU runs at once:
+// what a persistent grid is sized from. Cached per kernel, shape and device, like max_active_clusters.
+template <class... Params>
+int max_active_blocks_per_sm(void (*kernel)(Params...), int threads, int smem_bytes) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int, int>, int> cache;
+  int device = 0, blocks = 0;
+#if defined(USE_ROCM)
+  TORCH_CHECK(hipGetDevice(&device) == hipSuccess, "fp8-decode-kernels: hipGetDevice failed");
+#else
+  launch_detail::check(cudaGetDevice(&device), "cudaGetDevice");
+#endif
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), threads, smem_bytes, device);
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+#if defined(USE_ROCM)
+    TORCH_CHECK(hipOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes) == hipSuccess,
+                "fp8-decode-kernels: hipOccupancyMaxActiveBlocksPerMultiprocessor failed");
+#else
+    launch_detail::check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes),
+                         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+#endif
+    it = cache.emplace(key, blocks).first;
+  }
+  return it->second;
+}
+
 // Launches kernel(args...) with shape `s` on `stream`: in clusters when s.cluster has more than one CTA (the
 // caller checked max_active_clusters; NVIDIA only), and with PDL where the kernel's code waits for the prior
 // grid (built for sm_90+) and FP8DK_PDL allows it.

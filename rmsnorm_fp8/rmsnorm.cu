@@ -11,6 +11,12 @@
 //                          kernel's 2 chunks, i.e. 4096 slots; CTAs past the row's warps idle) and the device
 //                          runs such clusters; 0 or 1: never (the one-CTA-per-row kernels); unset or empty:
 //                          the heuristic. Ignored on ROCm.
+//
+// Also on NVIDIA, many aligned rows of up to kMaxPersistentThreads threads (hidden <= 16384) take the persistent
+// kernel: a grid of the CTAs the device holds at once, each walking rows and loading the next while it
+// finishes the current one, with the same split and sum order (same bytes out). Override, read on every call:
+//   FP8DK_RMSNORM_PERSISTENT  0: never; 1: wherever the rows have that split, whatever their count; unset or
+//                             empty: the heuristic (launch_persistent). Ignored on ROCm.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -47,6 +53,8 @@ struct Launch {
   int row_threads = 0;
   int chunks = 0;
   bool cluster_aligned = false;
+  // The persistent kernel may take the rows (NVIDIA; launch_persistent decides from the device's occupancy).
+  bool persistent = false;
 };
 
 // Whether rows `stride` elements apart, the first at `p`, all start on a `bytes` boundary.
@@ -126,6 +134,21 @@ void plan_cluster(const RmsNormParams& p, int64_t slots, bool aligned, int sms, 
   l.cluster = ctas;
   l.cluster_threads = static_cast<int>(ceil_div(l.row_threads / fp8dk::kWarpSize, ctas)) * fp8dk::kWarpSize;
 }
+
+// The persistent kernel's heuristic takes the fused op up to this many rows per resident CTA. Measured on an
+// H200 against one CTA per row: up to 7% faster at 2 to 4 rows per CTA (equal at [1024, 8192]), 1-6% slower at
+// 8 to 31, where the many waves of one-CTA-per-row CTAs no longer run in step; rms_norm was faster at every
+// row count measured (12-13% at 16 and 31 rows per CTA).
+constexpr int64_t kPersistentMaxFusedWaves = 4;
+
+// FP8DK_RMSNORM_PERSISTENT (top of the file): 0 or 1, or -1 when unset or empty.
+int persistent_override() {
+  const char* v = std::getenv("FP8DK_RMSNORM_PERSISTENT");
+  if (v == nullptr || *v == '\0') return -1;
+  TORCH_CHECK((v[0] == '0' || v[0] == '1') && v[1] == '\0', "rms_norm: FP8DK_RMSNORM_PERSISTENT must be 0 or 1, got '",
+              v, "'");
+  return v[0] - '0';
+}
 #endif
 
 // How a row is split (threads per row, slots per thread) depends on the hidden size and the alignment only,
@@ -182,6 +205,8 @@ Launch configure(RmsNormParams& p, int out_elem_bytes) {
   Launch l = configure_one_cta(p, aligned, slots, sms);
 #if defined(FP8DK_NVIDIA)
   plan_cluster(p, slots, aligned, sms, l);
+  l.persistent = l.cluster == 1 && l.kernel == Launch::Kernel::kAligned && p.rows_per_block == 1 &&
+                 l.threads <= rn::kMaxPersistentThreads;
 #endif
   return l;
 }
@@ -205,12 +230,32 @@ bool launch_cluster(const RmsNormParams& p, const Launch& l, cudaStream_t stream
   fp8dk::launch_kernel(kernel, shape, stream, q);
   return true;
 }
+
+// The persistent kernel for l's rows (l.persistent: aligned, one block per row) when FP8DK_RMSNORM_PERSISTENT
+// or the heuristic says so: more rows than the device holds CTAs at once (fewer leave nothing to prefetch), and
+// for the fused op at most kPersistentMaxFusedWaves times as many. False (nothing launched) otherwise.
+template <class In, class Out, bool kResidual>
+bool launch_persistent(const RmsNormParams& p, const Launch& l, cudaStream_t stream) {
+  const int forced = persistent_override();
+  if (!l.persistent || forced == 0) return false;
+  auto* kernel = &fp8dk::rms_norm_persistent_kernel<In, Out, kResidual>;
+  const int64_t resident =
+      int64_t(fp8dk::max_active_blocks_per_sm(kernel, l.threads, 0)) * fp8dk::multiprocessor_count();
+  if (resident == 0) return false;
+  if (forced < 0 && (p.rows <= resident || (kResidual && p.rows > kPersistentMaxFusedWaves * resident))) return false;
+  fp8dk::LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(std::min(p.rows, resident)));
+  shape.block = dim3(l.threads);
+  fp8dk::launch_kernel(kernel, shape, stream, p);
+  return true;
+}
 #endif
 
 template <class In, class Out, bool kResidual>
 void launch(const RmsNormParams& p, const Launch& l, cudaStream_t stream) {
 #if defined(FP8DK_NVIDIA)
   if (l.cluster > 1 && launch_cluster<In, Out, kResidual>(p, l, stream)) return;
+  if (launch_persistent<In, Out, kResidual>(p, l, stream)) return;
 #endif
   fp8dk::LaunchShape shape;
   shape.grid = dim3(l.blocks);

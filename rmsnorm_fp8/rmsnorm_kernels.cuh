@@ -30,6 +30,9 @@
 //        block of its own split over the 2-8 CTAs of a thread-block cluster (the long-row kernel's rows up to
 //        4096 slots, held in registers), the warps' sums exchanged through distributed shared memory; the
 //        same per-thread work and sum order as that kernel, so the same bytes.
+//   rms_norm_persistent_kernel     many aligned rows of the register kernel's one-block-per-row split (NVIDIA):
+//        a grid of the CTAs the device holds at once, each loading its next row while it finishes the current
+//        one; the same split and sum order, so the same bytes.
 // Batch invariance: the reduction order depends on the hidden size and the input row's alignment, never on
 // the number of rows (nor on whether a row takes the cluster kernel).
 #include "common/cluster.cuh"
@@ -76,6 +79,9 @@ constexpr int kMaxRegisterSlots = kSlotsPerThread<kAligned> * kMaxThreads;
 constexpr int kMaxClusterCtas = 8;
 constexpr int kMaxClusterCtaThreads = kMaxThreads / 2;
 constexpr int kMaxClusterChunks = 2;
+// Persistent kernel: a thread holds the current row, the next row's input and residual, and the weight, so
+// its blocks stay at half of kMaxThreads (up to 128 registers a thread).
+constexpr int kMaxPersistentThreads = kMaxThreads / 2;
 
 // ------------------------------------------------------------------ formats
 
@@ -288,37 +294,39 @@ struct Row {
   }
 };
 
-// Loads slots slot0 + j * stride (j < N, usually R::kSlots) of the row into v: x, or for the fused op
-// r = x + residual, written back to the residual (unless kStoreResidual is false: the caller stores it later
-// with store_residual). Every load is issued before the first add, so a thread has all its bytes in flight
-// at once.
-template <Access kInput, bool kStoreResidual = true, class R, int N>
-FP8DK_DEVICE void load_row(const R& row, int slot0, int stride, Pack<16> (&v)[N]) {
+// Issues the loads of slots slot0 + j * stride (j < N, usually R::kSlots) of the row: x into v and, for the
+// fused op, the residual into res (untouched otherwise). Nothing waits on them here, so a thread has all its
+// bytes in flight at once.
+template <Access kInput, class R, int N>
+FP8DK_DEVICE void load_inputs(const R& row, int slot0, int stride, Pack<16> (&v)[N], Pack<16> (&res)[N]) {
 #pragma unroll
   for (int j = 0; j < N; ++j) {
     const int k = slot0 + j * stride;
     v[j] = load_slot<kInput, R::kAligned>(row.in, row.first_column(k), row.cols, row.whole(k));
   }
   if constexpr (R::kResidual) {
-    Pack<16> res[N];
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       const int k = slot0 + j * stride;
       res[j] = load_slot<Access::kWritten, R::kAligned>(row.res, row.first_column(k), row.cols,
                                                         row.whole(k) && row.res_vector);
     }
+  }
+}
+
+// The fused op's r = In(x + residual) in v (v stays x otherwise).
+template <class R, int N>
+FP8DK_DEVICE void add_residual(Pack<16> (&v)[N], const Pack<16> (&res)[N]) {
+  if constexpr (R::kResidual) {
 #pragma unroll
     for (int j = 0; j < N; ++j) {
-      const int k = slot0 + j * stride;
 #pragma unroll
       for (int i = 0; i < 4; ++i) v[j].w[i] = add2<typename R::In>(v[j].w[i], res[j].w[i]);
-      if constexpr (kStoreResidual) {
-        store_slot<R::kAligned>(row.res, row.first_column(k), row.cols, row.whole(k) && row.res_vector, v[j]);
-      }
     }
   }
 }
 
+// The fused op's r, slots slot0 + j * stride, back into the residual.
 template <class R, int N>
 FP8DK_DEVICE void store_residual(const R& row, int slot0, int stride, const Pack<16> (&v)[N]) {
   if constexpr (R::kResidual) {
@@ -328,6 +336,16 @@ FP8DK_DEVICE void store_residual(const R& row, int slot0, int stride, const Pack
       store_slot<R::kAligned>(row.res, row.first_column(k), row.cols, row.whole(k) && row.res_vector, v[j]);
     }
   }
+}
+
+// Loads slots slot0 + j * stride (j < N) of the row into v: x, or for the fused op r = x + residual, written
+// back to the residual (unless kStoreResidual is false: the caller stores it later with store_residual).
+template <Access kInput, bool kStoreResidual = true, class R, int N>
+FP8DK_DEVICE void load_row(const R& row, int slot0, int stride, Pack<16> (&v)[N]) {
+  Pack<16> res[N];
+  load_inputs<kInput>(row, slot0, stride, v, res);
+  add_residual<R>(v, res);
+  if constexpr (kStoreResidual) store_residual(row, slot0, stride, v);
 }
 
 template <class R, int N>
@@ -549,6 +567,49 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
   const float inv = inv_rms(total, p.hidden, p.eps);
 #pragma unroll
   for (int j = 0; j < R::kSlots; ++j) normalize_store(row, lane + j * p.threads_per_row, v[j], w[j], inv, scale);
+}
+
+// Many aligned rows of the register kernel's one-block-per-row split: a persistent grid (the CTAs the device
+// holds at once), each CTA walking rows blockIdx.x, blockIdx.x + gridDim.x, ... It issues the next row's loads
+// before it adds, reduces, normalizes and stores the current one, so they stay in flight through that math.
+// With a CTA per row instead, the CTAs of a wave reduce and convert at about the same time while none of them
+// has a load in flight (BENCHMARKS.md, "What moving the same bytes costs"). The weight, the same for every
+// row, is loaded once and stays in registers. The split of a row, the per-thread sums and block_sum's order
+// are rms_norm_kernel's: the bytes out are the same.
+template <class In, class Out, bool kResidual>
+__global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persistent_kernel(const RmsNormParams p) {
+  using namespace rmsnorm;
+  using R = Row<In, Out, kResidual, true>;
+  __shared__ float scratch[kMaxWarps];
+  const int t = threadIdx.x, threads = blockDim.x;
+  int64_t index = blockIdx.x;
+  R row(p, index);
+  wait_for_prior_grid();
+  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the loads (Scale::read)
+
+  Pack<16> x[R::kSlots], res[R::kSlots], w[R::kSlots];
+  load_inputs<Access::kStream>(row, t, threads, x, res);
+  load_weight(row, t, threads, w);
+  allow_next_grid();
+  const Scale<Out> scale(scale_value);
+  for (;;) {
+    Pack<16> v[R::kSlots];
+#pragma unroll
+    for (int j = 0; j < R::kSlots; ++j) v[j] = x[j];
+    add_residual<R>(v, res);
+    const int64_t next_index = index + gridDim.x;
+    const R next(p, next_index);  // past the last row: loads nothing
+    load_inputs<Access::kStream>(next, t, threads, x, res);
+    store_residual(row, t, threads, v);
+    const float total = block_sum(sum_squares<In>(v), scratch);
+    keep_packed(v);
+    const float inv = inv_rms(total, p.hidden, p.eps);
+#pragma unroll
+    for (int j = 0; j < R::kSlots; ++j) normalize_store(row, t + j * threads, v[j], w[j], inv, scale);
+    if (next_index >= p.rows) break;
+    index = next_index;
+    row = next;
+  }
 }
 
 // Rows longer than a block holds in registers (any alignment): one block per row, which walks it in chunks

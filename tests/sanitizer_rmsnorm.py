@@ -5,7 +5,7 @@
 One call per GPU kernel path (aligned rows, odd hidden sizes, row strides, misaligned base pointers, rows
 beyond registers and beyond shared memory, both FP8 flavours, zero rows; on NVIDIA sm_90+ rows split over
 thread-block clusters of 2, 4 and 8 CTAs, forced with FP8DK_RMSNORM_CLUSTER, while the one-CTA cases force
-it off so that they keep covering their kernels). With torch's caching allocator off,
+it off so that they keep covering their kernels; many aligned rows on the persistent kernel). With torch's caching allocator off,
 every tensor is its own exactly sized allocation, so memcheck reports any access past a tensor's last
 element; writes past a view's rows into its padding are caught here by comparing the padding. Prints one
 line per call and exits non-zero on a wrong result (loose check: the pytest suite has the exact rule).
@@ -103,6 +103,11 @@ def main() -> int:
             (f"{op} cluster of 8 idle CTAs 4x1001 fp16->e4m3fn", (4, 1001), torch.float16, fn, fused,
              "contiguous", "8"),
             (f"{op} cluster heuristic 1x16384 bf16->e4m3fn", (1, 16384), torch.bfloat16, fn, fused,
+             "contiguous", None),
+            # Many aligned rows: the persistent kernel (heuristic), rows per CTA uneven; 1032: idle lanes.
+            (f"{op} persistent 300x16384 bf16->e4m3fn", (300, 16384), torch.bfloat16, fn, fused,
+             "contiguous", None),
+            (f"{op} persistent 5000x1032 fp16->e4m3fnuz", (5000, 1032), torch.float16, fnuz, fused,
              "contiguous", None),
         ]
     ok = True

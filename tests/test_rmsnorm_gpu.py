@@ -509,3 +509,121 @@ def test_cluster_deterministic(kernel, monkeypatch, ctas, shape):
         outs.append((out, res))
     assert_bitwise_equal(outs[1][0], outs[0][0], "second run's out")
     assert_bitwise_equal(outs[1][1], outs[0][1], "second run's residual")
+
+
+# ------------------------------------------------------------------------------------------ persistent kernel
+
+PERSISTENT_ENV = "FP8DK_RMSNORM_PERSISTENT"
+
+needs_persistent = pytest.mark.skipif(not HAS_GPU or torch.version.hip is not None,
+                                      reason="the persistent kernel is launched on NVIDIA only")
+
+# Aligned rows of 64 to 512 threads (hidden 1032: 129 slots, 33 threads' worth rounded up to 64, so some lanes
+# hold only part of their slots): fewer rows than the device holds CTAs, about as many, and several per CTA
+# (with a remainder, so CTAs end after different row counts).
+PERSISTENT_SHAPES = [(1, 16384), (131, 16384), (1001, 16384), (264, 8192), (777, 8192), (300, 5120),
+                     (2049, 4096), (1000, 1032)]
+
+
+@needs_persistent
+@FUSED
+@pytest.mark.parametrize("shape", PERSISTENT_SHAPES, ids=lambda s: f"{s[0]}x{s[1]}")
+@OUT_DTYPES
+@DTYPES
+def test_persistent_shapes(kernel, monkeypatch, dtype, out_dtype, shape, fused):
+    """The persistent kernel forced on: the reference's bytes (every poisoned element written, the residual bit
+    for bit), and exactly the one-CTA-per-row kernel's bytes on the same inputs."""
+    monkeypatch.setenv(CLUSTER_ENV, "0")
+    x, weight = make_inputs(shape, dtype, "cuda")
+    residual = torch.randn(shape, dtype=dtype, device="cuda") if fused else None
+    scale = scale_for(kernel, x, residual, weight, out_dtype)
+    out = poisoned(shape, out_dtype or dtype, "cuda")
+    one_cta, one_cta_residual = same_layout_copy(out), None if residual is None else same_layout_copy(residual)
+    monkeypatch.setenv(PERSISTENT_ENV, "1")
+    run_and_check(kernel, x, weight, out, residual, scale)
+    monkeypatch.setenv(PERSISTENT_ENV, "0")
+    run_op(kernel, fused, one_cta, x, one_cta_residual, weight, scale)
+    assert_bitwise_equal(out, one_cta, "out (persistent vs one CTA per row)")
+    if fused:
+        assert_bitwise_equal(residual, one_cta_residual, "residual (persistent vs one CTA per row)")
+
+
+# (FP8DK_RMSNORM_PERSISTENT, fused, shape, whether the persistent kernel runs) on a 132-SM GPU, where the
+# persistent kernel holds one CTA of [*, 16384] and two of [*, 8192] per SM.
+PERSISTENT_CHOICES = {
+    "auto-fused-4-rows-per-cta": (None, True, (512, 16384), True),
+    "auto-fused-8192": (None, True, (1000, 8192), True),
+    "auto-fused-many-rows": (None, True, (2048, 16384), False),
+    "auto-rms-norm-many-rows": (None, False, (4096, 8192), True),
+    "auto-few-rows": (None, True, (100, 16384), False),
+    "auto-unaligned": (None, True, (600, 16385), False),
+    "auto-short-rows": (None, True, (4096, 1000), False),
+    "forced-off": ("0", True, (512, 16384), False),
+    "forced-on": ("1", True, (100, 16384), True),
+}
+
+
+@needs_persistent
+@pytest.mark.parametrize("case", PERSISTENT_CHOICES.values(), ids=PERSISTENT_CHOICES.keys())
+def test_persistent_selects_kernel(kernel, monkeypatch, case):
+    """The heuristic's choice, and FP8DK_RMSNORM_PERSISTENT really switches the kernel (the bitwise comparisons
+    above would pass even if it did nothing)."""
+    setting, fused, shape, want = case
+    monkeypatch.setenv(CLUSTER_ENV, "0")
+    if setting is None:
+        monkeypatch.delenv(PERSISTENT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(PERSISTENT_ENV, setting)
+    x, weight = make_inputs(shape, torch.bfloat16, "cuda")
+    residual = torch.randn(shape, dtype=torch.bfloat16, device="cuda") if fused else None
+    out = torch.empty(shape, dtype=torch.float8_e4m3fn, device="cuda")
+    scale = torch.tensor([0.05], device="cuda")
+    call = lambda: run_op(kernel, fused, out, x, residual, weight, scale)  # noqa: E731
+    call()  # first-call setup outside the profile
+    names = launched_kernels(call)
+    persistent = [n for n in names if "rms_norm_persistent_kernel" in n]
+    assert (len(persistent) == len(names)) if want else not persistent, names
+
+
+@needs_persistent
+def test_persistent_rejects_bad_values(kernel, monkeypatch):
+    x, weight = make_inputs((600, 8192), torch.float16, "cuda")
+    out = torch.empty_like(x)
+    for bad in ("2", "-1", "10", "yes"):
+        monkeypatch.setenv(PERSISTENT_ENV, bad)
+        with pytest.raises(RuntimeError, match=PERSISTENT_ENV):
+            kernel.ops.rms_norm(out, x, weight, EPS, None)
+
+
+@needs_persistent
+@pytest.mark.parametrize("out_dtype", [None, torch.float8_e4m3fn], ids=["16bit", "e4m3fn"])
+def test_persistent_cuda_graph(kernel, monkeypatch, out_dtype):
+    """The heuristic's persistent launch (many rows) captured once and replayed on new inputs and a new scale."""
+    monkeypatch.delenv(PERSISTENT_ENV, raising=False)
+    shape, dtype = (1000, 8192), torch.bfloat16
+    x, weight = make_inputs(shape, dtype, "cuda")
+    residual = torch.randn(shape, dtype=dtype, device="cuda")
+    scale = torch.tensor([1.0], device="cuda")
+    scale_arg = None if out_dtype is None else scale
+    out = poisoned(shape, out_dtype or dtype, "cuda")
+    call = lambda: kernel.ops.fused_add_rms_norm(out, x, residual, weight, EPS, scale_arg)  # noqa: E731
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call()
+    for _ in range(2):
+        new_x, new_weight = make_inputs(shape, dtype, "cuda")
+        x.copy_(new_x), weight.copy_(new_weight), residual.copy_(torch.randn_like(residual))
+        if out_dtype is not None:
+            scale.copy_(scale_for(kernel, x, residual, weight, out_dtype))
+        out.fill_(float("nan"))
+        ref, ref_residual = kernel.reference.fused_add_rms_norm_ref(
+            x.cpu(), residual.cpu(), weight.cpu(), EPS, None if scale_arg is None else scale.cpu(), out.dtype)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_norm_matches(out, ref)
+        assert_bitwise_equal(residual, ref_residual, "residual")
