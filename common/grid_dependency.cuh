@@ -9,8 +9,10 @@
 //   allow_next_grid()      once the CTA has issued the loads of its inputs: the next kernel on the stream may
 //                          then start its CTAs, which run up to their own wait. It only moves the next
 //                          launch earlier; correctness never depends on where it sits.
-// Before the wait a kernel may compute addresses and prefetch into L2 (L2 is where writes become coherent,
-// so a prefetched line is never stale; see skinny_gemm_kernels.cuh). Both are no-ops before sm_90, on AMD
+// Before the wait a kernel may compute addresses and prefetch into L2 what no kernel writes (weights; see
+// skinny_gemm_kernels.cuh). Not its inputs: a prefetch of rows the previous kernel was still writing, issued
+// before the wait, made later loads read stale bytes on an H200 (docs/experiments/README.md, item 9), although
+// L2 is where writes become coherent. Both are no-ops before sm_90, on AMD
 // and in a launch without the attribute (griddepcontrol, PTX ISA 7.8).
 #include "common/platform.cuh"
 
