@@ -5,6 +5,7 @@ beyond L2, medians), in one process.
     python benchmarks/tune_skinny_gemm.py                          # 405B TP8 shapes, M = 1, 8, 16, 32
     python benchmarks/tune_skinny_gemm.py --m 1 --layers qkv --split-k 1 2 4 --block-n 16 32 64
     python benchmarks/tune_skinny_gemm.py --m 8 --layers qkv --pairs 16:4 32:2   # both overrides at once
+    python benchmarks/tune_skinny_gemm.py --env FP8DK_SKINNY_STREAM_K=0          # any launcher variable
     python benchmarks/tune_skinny_gemm.py --out tune.json          # also write the rows as JSON
 
 Prints one row per (layer, M, configuration): microseconds, % of the copy bandwidth measured in the same run,
@@ -36,6 +37,8 @@ def parse_args(argv=None):
     p.add_argument("--split-k", type=int, nargs="*", default=[], help="FP8DK_SKINNY_SPLIT_K values to try")
     p.add_argument("--pairs", nargs="*", default=[], metavar="BLOCK_N:SPLIT_K",
                    help="both overrides at once, e.g. 16:4 32:2")
+    p.add_argument("--env", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="one configuration per assignment, e.g. FP8DK_SKINNY_STREAM_K=0")
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
     return p.parse_args(argv)
 
@@ -54,6 +57,9 @@ def main(argv=None) -> int:
     configs = [("default", {}), ("no PDL", {"FP8DK_PDL": "0"})]
     configs += [(f"block_n={b}", {"FP8DK_SKINNY_BLOCK_N": str(b)}) for b in args.block_n]
     configs += [(f"split_k={c}", {"FP8DK_SKINNY_SPLIT_K": str(c)}) for c in args.split_k]
+    for assignment in args.env:
+        key, _, value = assignment.partition("=")
+        configs.append((assignment, {key: value}))
     for pair in args.pairs:
         b, c = pair.split(":")
         configs.append((f"block_n={b},split_k={c}", {"FP8DK_SKINNY_BLOCK_N": b, "FP8DK_SKINNY_SPLIT_K": c}))

@@ -2,9 +2,11 @@
 // launches skinny_gemm_kernel. Environment overrides, read on every call (tuning and tests):
 //   FP8DK_SKINNY_BLOCK_N  weight rows per CTA: 16 * RB * WN with WN a power of two <= warps per CTA
 //                         (RB = 1 for M <= 16, 2 above), i.e. 16..128 (M <= 16) or 32..256 (M > 16) on NVIDIA
-//   FP8DK_SKINNY_SPLIT_K  CTAs per tile along K (>= 1; capped at one K-block per CTA)
-// Split-K CTAs of a tile meet through a thread-block cluster on sm_90+ when split_k <= 8 (no workspace, no
-// memset node in a CUDA graph), otherwise through a workspace + counters zeroed on the stream.
+//   FP8DK_SKINNY_SPLIT_K  CTAs per tile along K (>= 1; capped at one K-block per CTA): a split grid
+//   FP8DK_SKINNY_STREAM_K 1: stream-K grid, 0: split grid (unset: the heuristic's choice)
+// Split-K CTAs of a tile meet through a thread-block cluster on sm_90+ when split_k <= 8 (no workspace),
+// otherwise, and in the stream-K grid, through a workspace and arrival counters that the kernel leaves zero
+// (skinny_gemm_launch.cuh).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -30,6 +32,14 @@ int env_int(const char* name) {
   return static_cast<int>(x);
 }
 
+// 0 or 1 from the environment; `unset` when the variable is unset or empty.
+bool env_flag(const char* name, bool unset) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return unset;
+  TORCH_CHECK((v[0] == '0' || v[0] == '1') && v[1] == '\0', "skinny_gemm: ", name, " must be 0 or 1, got '", v, "'");
+  return v[0] == '1';
+}
+
 int largest_access(const void* p, long long row_stride_bytes, int elem_bytes) {
   for (int w : {16, 8})
     if (fp8dk::is_aligned(p, w) && row_stride_bytes % w == 0) return w;
@@ -42,15 +52,21 @@ Launch plan_launch(const fp8dk::SkinnyGemmShape& s, const at::Tensor& b) {
   const int mp = padded_m(shape.m), rb = row_blocks(mp), rows_per_warp = kRowBlock * rb;
   const int lb = largest_access(b.data_ptr(), s.b_row_stride * eb, eb);
 
-  int wn = default_wn(shape, sms);
+  const int split_wn = default_wn(shape, sms);
+  const int forced = env_int("FP8DK_SKINNY_SPLIT_K");
+  const bool stream_k =
+      shape.k > 0 && !forced &&
+      env_flag("FP8DK_SKINNY_STREAM_K",
+               prefer_stream_k(shape, split_wn, default_split_k(shape, split_wn, lb, sms), lb, sms));
+  int wn = stream_k ? min_wn(shape) : split_wn;
   if (const int block_n = env_int("FP8DK_SKINNY_BLOCK_N")) {
     wn = block_n / rows_per_warp;
     TORCH_CHECK(block_n % rows_per_warp == 0 && wn >= 1 && wn <= kWarps && (wn & (wn - 1)) == 0, "skinny_gemm: ",
                 "FP8DK_SKINNY_BLOCK_N must be ", rows_per_warp, " times a power of two <= ", kWarps, " for M = ",
                 s.m, ", got ", block_n);
   }
-  int split_k = default_split_k(shape, wn, lb, sms);
-  if (const int forced = env_int("FP8DK_SKINNY_SPLIT_K")) {
+  int split_k = stream_k ? 1 : default_split_k(shape, wn, lb, sms);
+  if (forced) {
     const int most = max_split_k(shape, wn, lb);
     split_k = forced < most ? forced : most;
   }
@@ -62,6 +78,8 @@ Launch plan_launch(const fp8dk::SkinnyGemmShape& s, const at::Tensor& b) {
   p.a_stride = s.a_row_stride, p.b_stride = s.b_row_stride, p.out_stride = s.out_row_stride;
   p.wn = wn, p.wk = kWarps / wn;
   p.block_n = rows_per_warp * wn;
+  p.tiles = ceil_div(shape.n, p.block_n);
+  p.stream_k = stream_k;
   p.split_k = split_k;
   p.sub_iters = ceil_div(shape.k, sub_iter_elems(eb));
   p.block_elems = p.wk * iters_per_block(rb, lb) * sub_iter_elems(eb);
@@ -73,12 +91,13 @@ Launch plan_launch(const fp8dk::SkinnyGemmShape& s, const at::Tensor& b) {
   TORCH_CHECK(stage_chunks <= kMaxStageChunks, "skinny_gemm: FP8DK_SKINNY_BLOCK_N = ", p.block_n,
               " is too narrow for M = ", s.m, " (activation staging exceeds ", kMaxStageChunks,
               " chunks per thread); use a larger block");
-  l.grid = dim3(ceil_div(shape.n, p.block_n), split_k);
+  l.grid = dim3(p.tiles, p.split_k);
   l.smem = smem_bytes(p.act_buf_bytes, p.wk, mp, p.block_n);
   TORCH_CHECK(l.smem <= fp8dk::max_shared_memory_per_block(), "skinny_gemm: the tiling needs ", l.smem,
               " bytes of shared memory, more than the device offers");
   l.mp = mp;
   l.b_access = lb;
+  l.sms = sms;
   return l;
 }
 

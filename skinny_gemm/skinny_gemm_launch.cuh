@@ -6,6 +6,10 @@
 #include <c10/cuda/CUDAException.h>
 #include <torch/all.h>
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "common/launch.h"
 #include "skinny_gemm/skinny_gemm_kernels.cuh"
 
@@ -13,10 +17,11 @@ namespace fp8dk::skinny {
 
 struct Launch {
   Plan plan;
-  dim3 grid;
+  dim3 grid;  // split grid; a stream-K grid is sized in launch_plan from the kernel's occupancy
   int smem;
   int mp;
   int b_access;  // LB
+  int sms;
 };
 
 struct Args {
@@ -30,8 +35,29 @@ struct Args {
 
 constexpr int kMaxClusterSplit = 8;  // the portable cluster size
 
-// Picks how split-K CTAs meet (the split may shrink so that all clusters run at once), allocates what that
-// needs and launches.
+// `count` arrival counters for the workspace reduction, all zero. The kernel leaves them zero (each tile's
+// last CTA resets its counter), so a buffer is zeroed once, when allocated, and then serves every later launch
+// that cannot overlap it: one buffer per (device, stream, CUDA-graph capture). Launches on other streams, and
+// graph replays next to eager calls on the capture stream, get buffers of their own. Inside a capture the
+// buffer comes from the graph's memory pool and its zeroing is a node of the graph (once per graph, not per
+// call). Buffers live as long as the process (a captured graph may still use one): a few KB per stream and
+// per captured graph.
+inline unsigned* arrival_counters(const at::Tensor& like, cudaStream_t stream, long long count) {
+  cudaStreamCaptureStatus status;
+  unsigned long long capture = 0;
+  C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &capture));
+  if (status != cudaStreamCaptureStatusActive) capture = 0;
+  static std::mutex mutex;
+  static std::map<std::tuple<int, cudaStream_t, unsigned long long>, at::Tensor> buffers;
+  const std::lock_guard<std::mutex> lock(mutex);
+  at::Tensor& buffer = buffers[std::make_tuple(static_cast<int>(like.get_device()), stream, capture)];
+  if (!buffer.defined() || buffer.numel() < count)
+    buffer = at::zeros({count > 1024 ? count : 1024}, like.options().dtype(at::kInt));
+  return static_cast<unsigned*>(buffer.data_ptr());
+}
+
+// Sizes a stream-K grid, or picks how split-K CTAs meet (the split may shrink so that all clusters run at
+// once); allocates what that needs and launches.
 template <class Ab, class Out, int MP, int LB>
 void launch_plan(Launch l, const Args& x, const at::Tensor& like, bool split_forced, cudaStream_t stream) {
   auto* kernel = &skinny_gemm_kernel<Ab, Out, MP, LB>;
@@ -40,12 +66,22 @@ void launch_plan(Launch l, const Args& x, const at::Tensor& like, bool split_for
     C10_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
   Plan& p = l.plan;
   p.cluster = 0;
+  // Contributions per tile that meet in the workspace (0: none).
+  int shared_slices = p.split_k > 1 ? p.split_k : 0;
+  if (p.stream_k) {
+    // One CTA per slot of the GPU, each with an equal run of units.
+    const long long units = static_cast<long long>(p.tiles) * p.sub_iters;
+    const long long slots = static_cast<long long>(l.sms) * fp8dk::max_active_blocks_per_sm(kernel, kThreads, l.smem);
+    const long long ctas = stream_k_ctas(units, slots, p.wk * iters_per_block(row_blocks(l.mp), LB));
+    l.grid = dim3(static_cast<unsigned>(ctas));
+    shared_slices = tiles_unshared(units, ctas, p.sub_iters) ? 0 : max_contributions(units, ctas, p.sub_iters);
+  }
 #if defined(FP8DK_NVIDIA)
   // Clusters of the tile's split-K CTAs: (1, split, 1).
   auto clusters_at_once = [&](int split) {
     return fp8dk::max_active_clusters(fn, dim3(1, split, 1), kThreads, l.smem);
   };
-  if (p.split_k > 1) {
+  if (!p.stream_k && p.split_k > 1) {
     if (split_forced) {
       p.cluster = p.split_k <= kMaxClusterSplit && clusters_at_once(p.split_k) > 0;
     } else {
@@ -74,15 +110,11 @@ void launch_plan(Launch l, const Args& x, const at::Tensor& like, bool split_for
   float* ws = nullptr;
   unsigned* counters = nullptr;
   at::Tensor workspace;
-  if (p.split_k > 1) {
-    // One allocation from the caching allocator (stream-ordered, graph-safe): the tiles' arrival counters,
-    // padded to 16 bytes, then the fp32 partials [split_k, m, n]. Only the counters need zeroing.
-    const long long counter_words = (l.grid.x + 3) / 4 * 4;
-    const long long words = counter_words + static_cast<long long>(p.split_k) * p.m * p.n;
-    workspace = at::empty({words}, like.options().dtype(at::kInt));
-    counters = static_cast<unsigned*>(workspace.data_ptr());
-    ws = reinterpret_cast<float*>(counters + counter_words);
-    C10_CUDA_CHECK(cudaMemsetAsync(counters, 0, l.grid.x * sizeof(unsigned), stream));
+  if (shared_slices > 0) {
+    // The fp32 partials [contributions, m, n] from the caching allocator (stream-ordered, graph-safe).
+    workspace = at::empty({static_cast<long long>(shared_slices) * p.m * p.n}, like.options().dtype(at::kFloat));
+    ws = workspace.data_ptr<float>();
+    counters = arrival_counters(like, stream, p.tiles);
   }
   fp8dk::launch_kernel(kernel, shape, stream, x.a, x.b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();

@@ -59,8 +59,10 @@ struct Plan {
   long long a_stride, b_stride, out_stride;  // row strides in elements
   int wn, wk;               // warps per CTA along N and along K (wn * wk == kWarps)
   int block_n;              // weight rows per CTA = 16 * RB * wn
-  int split_k;              // CTAs per tile along K (grid.y)
-  int cluster;              // split_k > 1: the tile's CTAs form a cluster and reduce through DSMEM
+  int tiles;                // ceil(n / block_n)
+  int stream_k;             // the grid's CTAs share the tiles x sub_iters units evenly (else: split grid)
+  int split_k;              // split grid: CTAs per tile along K (grid.y)
+  int cluster;              // split grid, split_k > 1: the tile's CTAs form a cluster and reduce through DSMEM
   int sub_iters;            // ceil(k / SI): sub-iterations along the whole K
   int block_elems;          // K elements per K-block = wk * IPB * SI
   int chunk_shift;          // log2(block_elems / chunk elements): staged chunks per token row
@@ -105,7 +107,17 @@ FP8DK_HOST_DEVICE constexpr int act_pitch(int block_elems, int staged_bytes) {
 //    slices costs more than it hides.
 // 4. (launcher, sm_90+) with split_k > 1, the largest split <= min(split_k, 8) whose clusters the device runs
 //    all at once (cudaOccupancyMaxActiveClusters); the workspace path when none does.
-// The launcher lets FP8DK_SKINNY_BLOCK_N and FP8DK_SKINNY_SPLIT_K override 2. and 3. (tuning, tests).
+// 5. Stream-K instead (one CTA per slot, each an equal run of the tiles x sub-iterations, the narrowest block
+//    of step 2) when the split grid of 2.-3. leaves more than 10% of the slots of its last wave idle, weight
+//    rows are at least kStreamKMinRowBytes long and every stream-K CTA gets at least kStreamKMinBlocks
+//    K-blocks. Each segment a CTA starts (a new tile) costs a pipeline fill and a reduction, so stream-K pays
+//    only where the runs are long. On an H100 (benchmarks/results/nvidia-h100/session7-2026-11-21/): 1.01-1.04x
+//    the split grid at 405B gate_up M <= 8 (208 tiles on 264 slots) and 1.10-1.12x at M = 24-32, 0.98x at M = 16;
+//    but 0.7-0.9x at 8B gate_up M = 24-32 (4 KB rows), QKV M >= 8 (4-9 K-blocks per CTA) and down (256 tiles
+//    on 264 slots). On an H200 (benchmarks/results/nvidia-h200/stream-k-2026-11-21/) the 405B gate_up choice is
+//    1.06-1.09x at M >= 16 and 0.94-1.01x at M <= 8. An empirical rule from those two sweeps.
+// The launcher lets FP8DK_SKINNY_BLOCK_N, FP8DK_SKINNY_SPLIT_K and FP8DK_SKINNY_STREAM_K override 2., 3. and 5.
+// (tuning, tests).
 
 struct Shape {
   int m, n, k;
@@ -117,11 +129,18 @@ inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b -
 // CTAs the GPU runs at once with row-block count rb: the slots steps 2 and 3 fill.
 inline int cta_slots(int rb, int sms) { return sms * ctas_per_sm(rb); }
 
+// The first rule of step 2: the narrowest block whose staged activations are at most a quarter of its weights.
+inline int min_wn(const Shape& s) {
+  const int rows_per_warp = kRowBlock * row_blocks(padded_m(s.m));
+  int wn = 1;
+  while (wn < kWarps && rows_per_warp * wn < 4 * s.m) wn *= 2;
+  return wn;
+}
+
 inline int default_wn(const Shape& s, int sms) {
   const int rb = row_blocks(padded_m(s.m));
   const int rows_per_warp = kRowBlock * rb;
-  int wn = 1;
-  while (wn < kWarps && rows_per_warp * wn < 4 * s.m) wn *= 2;
+  int wn = min_wn(s);
   const int slots = cta_slots(rb, sms);
   while (wn < kWarps && ceil_div(s.n, rows_per_warp * wn) > slots) wn *= 2;
   return wn;
@@ -147,6 +166,41 @@ inline int default_split_k(const Shape& s, int wn, int lb, int sms) {
   const int most = max_split_k(s, wn, lb);
   if (split > most) split = most;
   return split > 1 ? split : 1;
+}
+
+constexpr int kStreamKMinBlocks = 16;
+constexpr int kStreamKMinRowBytes = 8192;
+
+// Step 5: whether stream-K beats the split grid (wn, split) of steps 2-3.
+inline bool prefer_stream_k(const Shape& s, int wn, int split, int lb, int sms) {
+  if (static_cast<long long>(s.k) * s.elem_bytes < kStreamKMinRowBytes) return false;
+  const int rb = row_blocks(padded_m(s.m)), slots = cta_slots(rb, sms);
+  const long long ctas = static_cast<long long>(ceil_div(s.n, kRowBlock * rb * wn)) * split;
+  const long long waves = (ctas + slots - 1) / slots;
+  if (10 * ctas >= 9 * waves * slots) return false;  // the split grid fills its slots
+  const int stream_wn = min_wn(s);
+  const long long units = static_cast<long long>(ceil_div(s.n, kRowBlock * rb * stream_wn)) *
+                          ceil_div(s.k, sub_iter_elems(s.elem_bytes));
+  const int block_units = (kWarps / stream_wn) * iters_per_block(rb, lb);
+  return units >= static_cast<long long>(kStreamKMinBlocks) * block_units * slots;
+}
+
+// Stream-K: CTAs of the persistent grid and the most contributions one tile can have. One CTA per slot, but
+// at least one K-block (`block_units` units) per CTA, so that small problems are not cut into partial sums
+// of a few sub-iterations. CTA g takes units [floor(g * U / G), floor((g + 1) * U / G)), at least
+// floor(U / G) of them, so a tile of S units meets at most ceil(S / floor(U / G)) + 1 CTAs.
+inline long long stream_k_ctas(long long units, long long slots, int block_units) {
+  const long long most = units / block_units > 1 ? units / block_units : 1;
+  return most < slots ? most : slots;
+}
+inline int max_contributions(long long units, long long ctas, int sub_iters) {
+  const long long shortest = units / ctas;
+  const long long most = (sub_iters + shortest - 1) / shortest + 1;
+  return static_cast<int>(most < ctas ? most : ctas);
+}
+// Whether every tile is computed by one CTA (the CTAs' ranges are whole, equal runs of tiles).
+inline bool tiles_unshared(long long units, long long ctas, int sub_iters) {
+  return units % ctas == 0 && (units / ctas) % sub_iters == 0;
 }
 
 }  // namespace skinny

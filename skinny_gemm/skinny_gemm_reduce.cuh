@@ -2,15 +2,17 @@
 // Skinny GEMM, part 5: the deterministic reduction and the epilogue, shared by both vendors.
 //
 // Inside a CTA the WK warp columns left their partial sums in shared memory; they are added in column order.
-// With split_k == 1 that is the tile: out = acc * alpha + bias, rounded once. With split_k > 1 the split_k
-// CTAs of a tile (grid.y) add their partial tiles in slice order 0, 1, ..., so the result never depends on
-// which CTA finished first and is bitwise reproducible. Two ways to meet:
-//   * cluster (NVIDIA sm_90+, split_k <= 8): the tile's CTAs form a thread-block cluster; after a cluster
-//     barrier each CTA reads its share of the tile from all split_k CTAs' shared memory (DSMEM) and finishes
-//     it. No global workspace, no counters: nothing to zero, nothing that outlives the launch.
-//   * workspace: each CTA writes its partial tile to ws[slice][m][n] (fp32), makes it visible (fence) and
-//     counts itself in the tile's counter; the last CTA to arrive adds the slices and finishes the tile. The
-//     launcher zeroes the counters (cudaMemsetAsync on the stream, capturable in a CUDA graph).
+// When one CTA computed the whole K of the tile that is the tile: out = acc * alpha + bias, rounded once.
+// Otherwise the `count` contributions of the tile (split-K slices, or stream-K segments of consecutive CTAs)
+// are added in index order 0, 1, ... (K order), so the result never depends on which CTA finished first and
+// is bitwise reproducible. Two ways to meet:
+//   * cluster (NVIDIA sm_90+, split grid, split_k <= 8): the tile's CTAs form a thread-block cluster; after a
+//     cluster barrier each CTA reads its share of the tile from all split_k CTAs' shared memory (DSMEM) and
+//     finishes it. No global workspace, no counters: nothing to zero, nothing that outlives the launch.
+//   * workspace: each CTA writes its partial tile to ws[index][m][n] (fp32), makes it visible (fence) and
+//     counts itself in the tile's counter; the last CTA to arrive adds the contributions, finishes the tile
+//     and sets the counter back to zero, so the counters are zero again when the kernel ends and the launcher
+//     zeroes them only when it allocates them (no memset per call, none between PDL launches).
 #include "common/numerics.cuh"
 
 #if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -79,16 +81,17 @@ FP8DK_DEVICE void finish(const Epilogue& e, int m, int n, float acc) {
   e.out[m * e.out_stride + n] = Out::from_float(v);
 }
 
-// How the split_k CTAs of a tile meet (above).
+// How the contributions to a tile meet (above).
 enum class Meet { kAlone, kCluster, kWorkspace };
 
 struct TileArgs {
   int red_pitch, mp, wk;  // red[wk][mp][red_pitch] floats: the warp columns' partial sums
   int block_n, n0;        // tile rows [n0, n0 + block_n) of out
   int m, n;
-  int split_k, slice;
-  float* ws;              // kWorkspace: [split_k][m][n]
-  unsigned* counters;     // kWorkspace: [tiles], zeroed; counters[blockIdx.x] is this tile's
+  int tile;
+  int count, index;       // contributions to the tile, and which one this CTA's is (cluster: its rank)
+  float* ws;              // kWorkspace: [contributions][m][n]
+  unsigned* counters;     // kWorkspace: [tiles], zero on entry and on exit
 };
 
 // Called by all threads of the CTA after a barrier that follows the warps' stores to red.
@@ -115,12 +118,12 @@ FP8DK_DEVICE void reduce_tile(float* red, const TileArgs& t, Meet meet, const Ep
       red[r * t.red_pitch + c] = cta_sum(r, c);
     }
     cluster_sync();
-    // Cluster rank == slice: grid (tiles, split_k) with clusters (1, split_k, 1). Element i is finished by the
-    // CTA of rank (i / blockDim) % split_k.
-    for (int i = t.slice * blockDim.x + threadIdx.x; i < items; i += t.split_k * blockDim.x) {
+    // Cluster rank == slice == index: grid (tiles, split_k) with clusters (1, split_k, 1). Element i is
+    // finished by the CTA of rank (i / blockDim) % split_k.
+    for (int i = t.index * blockDim.x + threadIdx.x; i < items; i += t.count * blockDim.x) {
       const int r = i / cols, c = i % cols;
       float v = 0.f;
-      for (int s = 0; s < t.split_k; ++s) v += load_cluster(red + r * t.red_pitch + c, s);
+      for (int s = 0; s < t.count; ++s) v += load_cluster(red + r * t.red_pitch + c, s);
       finish<Out>(e, r, t.n0 + c, v);
     }
     cluster_sync();  // no CTA leaves (and frees its shared memory) while others still read it
@@ -135,20 +138,21 @@ FP8DK_DEVICE void reduce_tile(float* red, const TileArgs& t, Meet meet, const Ep
   const long long slice_elems = static_cast<long long>(t.m) * t.n;
   for (int i = threadIdx.x; i < items; i += blockDim.x) {
     const int r = i / cols, c = i % cols;
-    t.ws[t.slice * slice_elems + static_cast<long long>(r) * t.n + t.n0 + c] = cta_sum(r, c);
+    t.ws[t.index * slice_elems + static_cast<long long>(r) * t.n + t.n0 + c] = cta_sum(r, c);
   }
   fence_device();  // each thread publishes its own writes before the CTA counts itself
   __shared__ unsigned arrived;
   sync_block();
-  if (threadIdx.x == 0) arrived = atomic_add_device(t.counters + blockIdx.x, 1u);
+  if (threadIdx.x == 0) arrived = atomic_add_device(t.counters + t.tile, 1u);
   sync_block();
-  if (arrived != static_cast<unsigned>(t.split_k - 1)) return;
+  if (arrived != static_cast<unsigned>(t.count - 1)) return;
+  if (threadIdx.x == 0) t.counters[t.tile] = 0u;  // every contribution has counted itself: ready for the next launch
   fence_device();  // acquire: the other slices' partials are visible after this
   for (int i = threadIdx.x; i < items; i += blockDim.x) {
     const int r = i / cols, c = i % cols;
     const float* p = t.ws + static_cast<long long>(r) * t.n + t.n0 + c;
     float v = 0.f;
-    for (int s = 0; s < t.split_k; ++s) v += load_partial(p + s * slice_elems);
+    for (int s = 0; s < t.count; ++s) v += load_partial(p + s * slice_elems);
     finish<Out>(e, r, t.n0 + c, v);
   }
 }

@@ -6,7 +6,7 @@
 
 One call per kernel path: every weight access width (16 B, 8 B for K = 1000, element loads for odd K), K tails
 inside a sub-iteration and K shorter than one, every token padding, split-K on (workspace, counters, last-CTA
-reduction) and off, bias, row strides, misaligned base pointers, K = 0. With torch's caching allocator off every
+reduction) and off, the stream-K grid (tiles shared by many CTAs, segments across tiles), bias, row strides, misaligned base pointers, K = 0. With torch's caching allocator off every
 tensor is its own exactly sized allocation, so memcheck reports any read past a contiguous operand's last
 row; padding inside row strides holds NaN, so reading it shows up as a wrong result, and out's padding is
 compared. Prints one line per call and exits non-zero on a wrong result (loose check: the pytest suite has
@@ -63,9 +63,11 @@ def run_case(k, name, m, n, kdim, dtype, out_dtype, layout="contiguous", bias=Fa
     out = out_buf[:, :n] if layout == "padded" else torch.full((m, n), float("nan"), dtype=out_dtype, device=dev)
     if layout == "padded":
         out.fill_(float("nan"))
-    if split is None:
-        os.environ.pop("FP8DK_SKINNY_SPLIT_K", None)
-    else:
+    os.environ.pop("FP8DK_SKINNY_SPLIT_K", None)
+    os.environ.pop("FP8DK_SKINNY_STREAM_K", None)
+    if split == "stream-k":
+        os.environ["FP8DK_SKINNY_STREAM_K"] = "1"
+    elif split is not None:
         os.environ["FP8DK_SKINNY_SPLIT_K"] = str(split)
     k.ops.skinny_gemm(out, a, b, sa, sb, bias_t)
     torch.cuda.synchronize()
@@ -85,7 +87,7 @@ def main() -> int:
     k = load_kernel()
     f16, b16 = torch.float16, torch.bfloat16
     cases = [
-        # name, m, n, k, operand dtype, out dtype, layout, bias, split
+        # name, m, n, k, operand dtype, out dtype, layout, bias, split (a number, "stream-k" or the default)
         ("e4m3fn M=1 N=2304 K=1000 (8-byte weight loads, K tail)", 1, 2304, 1000, FN, f16, "contiguous", True, None),
         ("e4m3fn M=32 N=17 K=1003 (element loads, odd N/K) split 4", 32, 17, 1003, FN, b16, "contiguous", True, 4),
         ("e4m3fnuz M=9 N=130 K=4176 strided a/b/out", 9, 130, 4176, FNUZ, f16, "padded", True, None),
@@ -96,11 +98,17 @@ def main() -> int:
         ("fp16 M=24 N=33 K=40 strided", 24, 33, 40, f16, f16, "padded", True, None),
         ("fp16 M=32 N=257 K=3001 misaligned (2-byte loads) split 2", 32, 257, 3001, f16, f16, "offset", True, 2),
         ("e4m3fn M=4 N=64 K=0 bias only", 4, 64, 0, FN, f16, "contiguous", True, None),
+        ("e4m3fn M=8 N=13312 K=16384 default (stream-K)", 8, 13312, 16384, FN, b16, "contiguous", True, None),
+        ("e4m3fn M=32 N=17 K=16384 stream-K (a tile over many CTAs)", 32, 17, 16384, FN, f16, "contiguous", False,
+         "stream-k"),
+        ("e4m3fnuz M=5 N=4000 K=1003 stream-K strided (element loads)", 5, 4000, 1003, FNUZ, f16, "padded", True,
+         "stream-k"),
     ]
     ok = True
     for case in cases:
         ok &= run_case(k, *case)
     os.environ.pop("FP8DK_SKINNY_SPLIT_K", None)
+    os.environ.pop("FP8DK_SKINNY_STREAM_K", None)
     return 0 if ok else 1
 
 

@@ -3,8 +3,9 @@
 test_skinny_gemm.py runs the op contract on every device; this file covers what only the GPU kernel has:
 every M with each MMA token padding (8/16/24/32) and row-block count, the N x K grid of the task (tiles
 narrower than a CTA, K tails inside a sub-iteration, long K), the decode shapes, weight-row access widths
-(16 B, 8 B, element by element) with NaN in the padding the kernel must not read, split-K forced through the
-environment (deterministic reduction, bitwise-identical reruns), NaN propagation of the FP8 unpack, 64-bit
+(16 B, 8 B, element by element) with NaN in the padding the kernel must not read, the stream-K grid with
+tiles shared by many CTAs, the split grid and split-K forced through the environment (deterministic
+reduction, bitwise-identical reruns), NaN propagation of the FP8 unpack, 64-bit
 offsets (N * K > 2^31), CUDA graphs and torch.compile. Skips without a GPU.
 """
 
@@ -181,6 +182,27 @@ def test_forced_split_k(kernel, monkeypatch, dtype, m, split):
     check(kernel, m, 2304, 6656 + 40, dtype, bias=True)
 
 
+@pytest.mark.parametrize("m", (1, 9, 32))
+@pytest.mark.parametrize("n,k", [(2304, 16384), (16384, 6656), (17, 16384), (300, 4176), (2304, 1000), (13312, 48)])
+@FP8
+def test_split_grid(kernel, monkeypatch, dtype, n, k, m):
+    """FP8DK_SKINNY_STREAM_K=0: the split grid with the heuristic's split (clusters on sm_90+), the path the
+    default stream-K grid replaced."""
+    monkeypatch.setenv("FP8DK_SKINNY_STREAM_K", "0")
+    check(kernel, m, n, k, dtype, bias=True)
+
+
+@pytest.mark.parametrize("m", (1, 5, 16, 24, 32))
+@pytest.mark.parametrize("n,k", [(17, 16384), (33, 6656 + 40), (2304, 16384 + 8), (4000, 1003), (129, 64 * 64 + 63)])
+def test_stream_k_shared_tiles(kernel, m, n, k):
+    """The stream-K grid where tiles are shared by many CTAs (2-3 tiles over the whole GPU, segments that start
+    and end inside tiles and K-blocks), with K tails, 8-byte and element-wise weight rows; bitwise rerun."""
+    a, b, sa, sb, bias, out_dtype = operands(m, n, k, torch.float8_e4m3fn, bias=True)
+    first = run(kernel, a, b, sa, sb, bias, out_dtype)
+    assert_gemm_close(first, a, b, sa, sb, bias, kernel.reference)
+    assert_bitwise_equal(run(kernel, a, b, sa, sb, bias, out_dtype), first, "rerun")
+
+
 @pytest.mark.parametrize("block_n,m", [(16, 1), (32, 1), (128, 4), (64, 16), (128, 16), (128, 32), (256, 32)])
 def test_forced_block_n(kernel, monkeypatch, block_n, m):
     monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", str(block_n))
@@ -200,14 +222,20 @@ def test_bad_overrides(kernel, monkeypatch):
     monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", "two")
     with pytest.raises(RuntimeError, match="FP8DK_SKINNY_SPLIT_K must be a positive integer"):
         run(kernel, a, b, sa, sb, bias, out_dtype)
+    monkeypatch.delenv("FP8DK_SKINNY_SPLIT_K")
+    monkeypatch.setenv("FP8DK_SKINNY_STREAM_K", "yes")
+    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_STREAM_K must be 0 or 1"):
+        run(kernel, a, b, sa, sb, bias, out_dtype)
 
 
-@pytest.mark.parametrize("split", (None, "4", "13"))
+@pytest.mark.parametrize("split", (None, "heuristic", "4", "13"))
 @pytest.mark.parametrize("m,n,k", [(1, 2304, 16384), (8, 2304, 16384), (32, 2304, 16384), (5, 17, 1000)])
 def test_deterministic(kernel, monkeypatch, m, n, k, split):
-    """Ten runs are bitwise identical, with the default split and with split-K forced on (4: a cluster on
-    sm_90+, 13: the workspace and counters)."""
-    if split is not None:
+    """Ten runs are bitwise identical: the default stream-K grid, the split grid with the heuristic's split,
+    and split-K forced on (4: a cluster on sm_90+, 13: the workspace and counters)."""
+    if split == "heuristic":
+        monkeypatch.setenv("FP8DK_SKINNY_STREAM_K", "0")
+    elif split is not None:
         monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", split)
     a, b, sa, sb, bias, out_dtype = operands(m, n, k, torch.float8_e4m3fn, bias=True)
     first = run(kernel, a, b, sa, sb, bias, out_dtype)
@@ -271,8 +299,8 @@ def test_64bit_offsets(kernel):
                                          (32, 1000, 4096, "13")])
 @FP8
 def test_cuda_graph(kernel, monkeypatch, dtype, m, n, k, split):
-    """Captured and replayed with new values copied into the captured inputs: no split-K, split-K through a
-    cluster (sm_90+) and through the workspace (split 13 > 8: allocation and counter reset in the graph)."""
+    """Captured and replayed with new values copied into the captured inputs: the stream-K grid (workspace and
+    counters of the capture), and split-K through the workspace (split 13 > 8)."""
     if split is not None:
         monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", split)
     a, b, sa, sb, bias, out_dtype = operands(m, n, k, dtype, bias=True)
@@ -289,6 +317,37 @@ def test_cuda_graph(kernel, monkeypatch, dtype, m, n, k, split):
         graph.replay()
         torch.cuda.synchronize()
         assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
+
+
+def test_counters_streams_and_graphs(kernel):
+    """The workspace's arrival counters are zeroed once and left zero by each launch: launches on two streams
+    at once, two captured graphs and eager calls interleaved (each with its own counters) all stay right."""
+    shapes = [(1, 2304, 16384), (9, 300, 4176), (32, 1000, 4096)]
+    cases = [operands(m, n, k, torch.float8_e4m3fn, bias=True) for m, n, k in shapes]
+    outs = [poisoned((a.shape[0], b.shape[0]), od, "cuda") for a, b, _, _, _, od in cases]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    for _ in range(5):
+        for i, (a, b, sa, sb, bias, _) in enumerate(cases):
+            with torch.cuda.stream(streams[i % 2]):
+                kernel.ops.skinny_gemm(outs[i], a, b, sa, sb, bias)
+    torch.cuda.synchronize()
+    for out, (a, b, sa, sb, bias, _) in zip(outs, cases):
+        assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
+    graphs = [torch.cuda.CUDAGraph() for _ in cases[:2]]
+    for graph, out, (a, b, sa, sb, bias, _) in zip(graphs, outs, cases):
+        with torch.cuda.graph(graph):
+            kernel.ops.skinny_gemm(out, a, b, sa, sb, bias)
+    for _ in range(3):
+        for graph, out in zip(graphs, outs):
+            out.fill_(float("nan"))
+            graph.replay()
+        a, b, sa, sb, bias, _ = cases[2]
+        outs[2].fill_(float("nan"))
+        kernel.ops.skinny_gemm(outs[2], a, b, sa, sb, bias)
+        torch.cuda.synchronize()
+        for out, (a, b, sa, sb, bias, _) in zip(outs, cases):
+            assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
 
 
 @pytest.mark.parametrize("m", (3, 32))
