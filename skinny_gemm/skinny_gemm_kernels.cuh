@@ -94,16 +94,14 @@ FP8DK_DEVICE Segment segment_at(const Plan& p, long long u, long long u_end) {
   s.si_begin = static_cast<int>(u - static_cast<long long>(s.tile) * p.sub_iters);
   const long long end = s.si_begin + (u_end - u);
   s.si_end = end < p.sub_iters ? static_cast<int>(end) : p.sub_iters;
-  {
-    // CTA g starts at unit floor(g * units / G). The CTAs that reach into the tile [t * S, (t + 1) * S) are
-    // those from the last g starting at or before t * S to the last g starting before (t + 1) * S; the last g
-    // with floor(g * units / G) <= x is floor(((x + 1) * G - 1) / units).
-    const long long units = static_cast<long long>(p.tiles) * p.sub_iters, ctas = gridDim.x;
-    const long long first = ((static_cast<long long>(s.tile) * p.sub_iters + 1) * ctas - 1) / units;
-    const long long last = ((static_cast<long long>(s.tile) + 1) * p.sub_iters * ctas - 1) / units;
-    s.index = static_cast<int>(blockIdx.x - first);
-    s.count = static_cast<int>(last - first + 1);
-  }
+  // CTA g starts at unit floor(g * units / G). The CTAs that reach into the tile [t * S, (t + 1) * S) are those
+  // from the last g starting at or before t * S to the last g starting before (t + 1) * S; the last g with
+  // floor(g * units / G) <= x is floor(((x + 1) * G - 1) / units).
+  const long long units = static_cast<long long>(p.tiles) * p.sub_iters, ctas = gridDim.x;
+  const long long first = ((static_cast<long long>(s.tile) * p.sub_iters + 1) * ctas - 1) / units;
+  const long long last = ((static_cast<long long>(s.tile) + 1) * p.sub_iters * ctas - 1) / units;
+  s.index = static_cast<int>(blockIdx.x - first);
+  s.count = static_cast<int>(last - first + 1);
   return s;
 }
 
@@ -111,10 +109,11 @@ FP8DK_DEVICE Segment segment_at(const Plan& p, long long u, long long u_end) {
 // FP8: scale_a/scale_b one float each, read here (no host sync). kThreads threads, smem_bytes() of dynamic
 // shared memory. Two ways to share the work (skinny_gemm_plan.cuh):
 //   * split: grid (tiles, split_k), CTA (x, y) computes slice y of tile x; with p.cluster, clusters of
-//     (1, split_k, 1), otherwise, when split_k > 1, ws [split_k, m, n] fp32 and counters [tiles] zeroed;
+//     (1, split_k, 1), otherwise, when split_k > 1, ws [split_k, m, n] fp32 and counters [tiles];
 //   * stream-K (p.stream_k): grid (G), CTA g computes units [floor(g * U / G), floor((g + 1) * U / G)) of the
 //     U = tiles * sub_iters units, a run of segments of consecutive tiles; ws [max contributions, m, n] and
-//     counters [tiles] zeroed.
+//     counters [tiles] (unless every tile has one CTA).
+// The counters are zero on entry and are left zero (skinny_gemm_reduce.cuh).
 // LB: access width for b (16, 8, or the element size when rows are not 8-byte aligned).
 template <class Ab, class Out, int MP, int LB>
 __global__ void FP8DK_SKINNY_LAUNCH_BOUNDS(Ab, MP)
