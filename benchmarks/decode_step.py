@@ -458,16 +458,27 @@ def cpu_breakdown(events, steps: int) -> Breakdown:
 
 def profile_breakdown(step: Callable[[], object], steps: int, device: torch.device) -> Breakdown:
     """Per-category time of eager steps. Eager, because kernels replayed from a CUDA graph have no CPU op to
-    attribute them to; kernel durations do not depend on how the kernels were launched."""
+    attribute them to. Without programmatic dependent launch (FP8DK_PDL=0 for the profiled steps): a kernel
+    launched with PDL starts while its predecessor still runs and waits for it on the GPU, so its profiled
+    duration would include that wait (a 1.4 us SwiGLU showed as 1.8 ms a step). Without PDL each kernel's
+    duration is its own."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(steps):
-            with torch.profiler.record_function(STEP_LABEL):
-                step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    saved_pdl = os.environ.get("FP8DK_PDL")
+    os.environ["FP8DK_PDL"] = "0"
+    try:
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(steps):
+                with torch.profiler.record_function(STEP_LABEL):
+                    step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+    finally:
+        if saved_pdl is None:
+            del os.environ["FP8DK_PDL"]
+        else:
+            os.environ["FP8DK_PDL"] = saved_pdl
     events = prof.events()
     breakdown = kernel_breakdown(events, steps) if device.type == "cuda" else cpu_breakdown(events, steps)
     if breakdown.busy_us > 0 and breakdown.time_us["other"] == breakdown.busy_us:

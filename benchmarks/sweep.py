@@ -73,6 +73,12 @@ GEMM_SHAPES_FULL = {
     "Llama-3.1-8B": (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336)),
     "Llama-3.1-70B TP8": (("qkv", 1280, 8192), ("o", 8192, 1024), ("gate_up", 7168, 8192), ("down", 8192, 3584)),
 }
+# The decode GEMM targets (the 405B TP8 shard's four projections, 70B and 8B unsharded): `--gemm-shapes targets`.
+GEMM_SHAPES_TARGETS = {
+    LLAMA_405B_TP8: (("qkv", 2304, 16384), ("o", 16384, 2048), ("gate_up", 13312, 16384), ("down", 16384, 6656)),
+    "Llama-3.1-70B": (("qkv", 10240, 8192), ("down", 8192, 28672)),
+    "Llama-3.1-8B": (("qkv", 6144, 4096), ("gate_up", 28672, 4096)),
+}
 LLAMA_405B_TP8_SMALL = "Llama-3.1-405B TP8, N and K / 16"
 # The 16-bit weight path is timed in bf16, the dtype unquantized Llama checkpoints ship in.
 GEMM16_DTYPES = ("bf16",)
@@ -137,6 +143,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cuda", "cpu"), default=None,
                         help="default: cuda when a GPU is visible (also on ROCm), else cpu")
     parser.add_argument("--quick", action="store_true", help="a few shapes per suite and fewer repetitions")
+    parser.add_argument("--gemm-shapes", choices=("default", "targets"), default="default",
+                        help="skinny_gemm shapes: the plan's (default), or the decode GEMM targets (405B TP8 "
+                             "qkv/o/gate_up/down, 70B qkv/down, 8B qkv/gate_up) at M = 1..32")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                         help="time torch.compile'd references (default: on, except --quick on CPU, where "
                              "compiling takes longer than the whole sweep)")
@@ -873,6 +882,9 @@ def plot_suite(path: Path, suite: str, env: dict, records: list) -> bool:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    # "ours" is the kernel alone: the wrapper's hand-off of some FP8 GEMMs to torch._scaled_mm (routing.py) is
+    # off unless asked for (--env-baseline FP8DK_SKINNY_ROUTE=1 times the routed wrapper as a peer).
+    os.environ.setdefault("FP8DK_SKINNY_ROUTE", "0")
     torch.manual_seed(0)
     # A recompile past the limit must raise, not silently time eager code under the "compile" label.
     torch._dynamo.config.fail_on_recompile_limit_hit = True
@@ -881,6 +893,8 @@ def main(argv=None) -> int:
     out_dir = args.out or REPO / "benchmarks" / "results" / device_slug(device_info, args.device)
     out_dir.mkdir(parents=True, exist_ok=True)
     plan = (QUICK_CPU if args.device == "cpu" else QUICK_GPU) if args.quick else FULL
+    if args.gemm_shapes == "targets":
+        plan = dataclasses.replace(plan, gemm_shapes=GEMM_SHAPES_TARGETS, gemm_m=FULL.gemm_m, gemm16_models=())
 
     copy = copy_bandwidth(args.device, args.quick)
     env = {

@@ -16,6 +16,7 @@ is reported and skipped.
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -25,26 +26,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sweep import CudaGraphTimer, copy_bandwidth, describe_device, environment  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-LAYERS = {"qkv": (2304, 16384), "gate_up": (13312, 16384), "down": (16384, 6656)}
+LAYERS = {"qkv": (2304, 16384), "o": (16384, 2048), "gate_up": (13312, 16384), "down": (16384, 6656),
+          "70b_qkv": (10240, 8192), "70b_down": (8192, 28672), "8b_qkv": (6144, 4096), "8b_gate_up": (28672, 4096)}
+DEFAULT_LAYERS = ("qkv", "gate_up", "down")
 ROTATION_BYTES = 192 << 20  # > 3x the L2 of an H100/H200
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(LAYERS))
+    p.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(DEFAULT_LAYERS))
     p.add_argument("--m", type=int, nargs="+", default=[1, 8, 16, 32])
     p.add_argument("--block-n", type=int, nargs="*", default=[], help="FP8DK_SKINNY_BLOCK_N values to try")
     p.add_argument("--split-k", type=int, nargs="*", default=[], help="FP8DK_SKINNY_SPLIT_K values to try")
     p.add_argument("--pairs", nargs="*", default=[], metavar="BLOCK_N:SPLIT_K",
                    help="both overrides at once, e.g. 16:4 32:2")
     p.add_argument("--env", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="one configuration per assignment, e.g. FP8DK_SKINNY_STREAM_K=0")
+                   help="one configuration per argument, e.g. FP8DK_SKINNY_STREAM_K=0 or, several variables "
+                        "at once, FP8DK_SKINNY_TMA_WK=2,FP8DK_SKINNY_TMA_BOXES=4")
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    os.environ.setdefault("FP8DK_SKINNY_ROUTE", "0")  # the kernel alone, never the wrapper's hand-off to cuBLASLt
     import kernels
 
     k = kernels.get_local_kernel(REPO)
@@ -57,9 +62,8 @@ def main(argv=None) -> int:
     configs = [("default", {}), ("no PDL", {"FP8DK_PDL": "0"})]
     configs += [(f"block_n={b}", {"FP8DK_SKINNY_BLOCK_N": str(b)}) for b in args.block_n]
     configs += [(f"split_k={c}", {"FP8DK_SKINNY_SPLIT_K": str(c)}) for c in args.split_k]
-    for assignment in args.env:
-        key, _, value = assignment.partition("=")
-        configs.append((assignment, {key: value}))
+    for assignment in args.env:  # KEY=VALUE[,KEY=VALUE...]: one configuration
+        configs.append((assignment, dict(part.partition("=")[::2] for part in assignment.split(","))))
     for pair in args.pairs:
         b, c = pair.split(":")
         configs.append((f"block_n={b},split_k={c}", {"FP8DK_SKINNY_BLOCK_N": b, "FP8DK_SKINNY_SPLIT_K": c}))

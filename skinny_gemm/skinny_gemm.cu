@@ -1,5 +1,18 @@
-// CUDA/ROCm skinny_gemm (torch-ext/torch_binding.h): validates, picks the tiling (skinny_gemm_plan.cuh) and
-// launches skinny_gemm_kernel. Environment overrides, read on every call (tuning and tests):
+// CUDA/ROCm skinny_gemm (torch-ext/torch_binding.h): validates, picks the kernel and its tiling, and launches.
+// Two kernels:
+//   * Hopper (compute capability 9.x, NVIDIA): the copy-engine kernel (skinny_gemm_tma.cuh, plan in
+//     skinny_gemm_tma_plan.cuh) wherever the copy engine can read b: base address and row stride multiples
+//     of 16 bytes. `a` is made so below.
+//   * everywhere else (pre-Hopper, ROCm, rows of b not 16-byte aligned): the portable kernel
+//     (skinny_gemm_kernels.cuh, plan in skinny_gemm_plan.cuh).
+// Environment overrides, read on every call (tuning and tests):
+//   FP8DK_SKINNY_TMA      0: never the copy-engine kernel (unset or 1: wherever it can run)
+//   FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES   its warp columns along K (1, 2, 4, 8), row blocks per warp
+//                         (1, 2), K-boxes of 128 bytes per stage (a multiple of WK) and ring depth (>= 2;
+//                         capped by shared memory)
+//   FP8DK_SKINNY_TMA_WHOLE_TILES  1: one CTA per tile whenever the tiles fit in one wave, 0: stream-K always
+//                         (unset: one CTA per tile only where that leaves at most 10% of the SMs idle)
+// and for the portable kernel (any of them set selects it):
 //   FP8DK_SKINNY_BLOCK_N  weight rows per CTA: 16 * RB * WN with WN a power of two <= warps per CTA
 //                         (RB = 1 for M <= 16, 2 above), i.e. 16..128 (M <= 16) or 32..256 (M > 16) on NVIDIA
 //   FP8DK_SKINNY_SPLIT_K  CTAs per tile along K (>= 1; capped at one K-block per CTA): a split grid
@@ -101,6 +114,41 @@ Launch plan_launch(const fp8dk::SkinnyGemmShape& s, const at::Tensor& b) {
   return l;
 }
 
+#if defined(FP8DK_NVIDIA)
+// The copy-engine launch for this call, or false where the portable kernel runs.
+bool plan_tma_launch(const fp8dk::SkinnyGemmShape& s, const at::Tensor& a_rows, const at::Tensor& b, TmaLaunch& t) {
+  if (!env_flag("FP8DK_SKINNY_TMA", true)) return false;
+  if (env_int("FP8DK_SKINNY_BLOCK_N") || env_int("FP8DK_SKINNY_SPLIT_K") ||
+      std::getenv("FP8DK_SKINNY_STREAM_K") != nullptr)
+    return false;  // the portable kernel's knobs ask for the portable kernel
+  const int eb = s.fp8 ? 1 : 2;
+  if (s.k == 0 || !fp8dk::is_aligned(b.data_ptr(), 16) || (s.b_row_stride * eb) % 16 != 0) return false;
+  if (fp8dk::device_attribute(cudaDevAttrComputeCapabilityMajor) != 9 || !tma_kernel_available()) return false;
+  TmaOverrides o;
+  o.wk = env_int("FP8DK_SKINNY_TMA_WK");
+  o.rb = env_int("FP8DK_SKINNY_TMA_RB");
+  o.boxes = env_int("FP8DK_SKINNY_TMA_BOXES");
+  o.stages = env_int("FP8DK_SKINNY_TMA_STAGES");
+  if (std::getenv("FP8DK_SKINNY_TMA_WHOLE_TILES") != nullptr)
+    o.whole_tiles = env_flag("FP8DK_SKINNY_TMA_WHOLE_TILES", false) ? 1 : 0;
+  const int smem = fp8dk::max_shared_memory_per_block() - 1024;  // static shared memory and slack
+  const bool planned = plan_tma(static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), eb,
+                                fp8dk::multiprocessor_count(), smem, o, t.plan);
+  TORCH_CHECK(planned || (o.wk == 0 && o.rb == 0 && o.boxes == 0 && o.stages == 0), "skinny_gemm: ",
+              "FP8DK_SKINNY_TMA_WK must divide ", kTmaConsumerWarps, ", FP8DK_SKINNY_TMA_BOXES be a multiple of it, ",
+              "FP8DK_SKINNY_TMA_RB be 1 or 2, and the ring hold 2 stages");
+  if (!planned) return false;
+  t.plan.out_stride = s.out_row_stride;
+  const TmaPlan& p = t.plan;
+  // One row's stride is never used: give the copy engine a legal one.
+  const long long a_stride_bytes = s.m == 1 ? (s.k * eb + 15) / 16 * 16 : a_rows.stride(0) * eb;
+  if (!fp8dk::is_aligned(a_rows.data_ptr(), 16) || a_stride_bytes % 16 != 0) return false;
+  t.map_a = fp8dk::tensor_map_2d(a_rows.data_ptr(), s.m, s.k, a_stride_bytes, eb, p.nt * 8, p.box_elems, false);
+  t.map_b = fp8dk::tensor_map_2d(b.data_ptr(), s.n, s.k, s.b_row_stride * eb, eb, p.block_n, p.box_elems, true);
+  return true;
+}
+#endif
+
 }  // namespace
 
 void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
@@ -135,7 +183,12 @@ void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor
   x.bias = bias ? static_cast<const uint16_t*>(bias->data_ptr()) : nullptr;
   x.scale_a = s.fp8 ? scale_a->data_ptr<float>() : nullptr;
   x.scale_b = s.fp8 ? scale_b->data_ptr<float>() : nullptr;
-  const Call c{l, x, a, env_int("FP8DK_SKINNY_SPLIT_K") > 0, stream};
+  const TmaLaunch* tma = nullptr;
+#if defined(FP8DK_NVIDIA)
+  TmaLaunch tma_launch;
+  if (plan_tma_launch(shape, a_rows, b, tma_launch)) tma = &tma_launch;
+#endif
+  const Call c{l, x, a, env_int("FP8DK_SKINNY_SPLIT_K") > 0, stream, tma};
 
   switch (a.scalar_type()) {
     case at::kFloat8_e4m3fn:

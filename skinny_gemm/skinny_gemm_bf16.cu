@@ -3,6 +3,6 @@
 
 namespace fp8dk::skinny {
 
-void launch_bf16(const Call& c) { dispatch_m<fp8dk::Bf16, fp8dk::Bf16>(c); }
+void launch_bf16(const Call& c) { dispatch_kernel<fp8dk::Bf16, fp8dk::Bf16>(c); }
 
 }  // namespace fp8dk::skinny

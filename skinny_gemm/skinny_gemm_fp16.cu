@@ -3,6 +3,6 @@
 
 namespace fp8dk::skinny {
 
-void launch_fp16(const Call& c) { dispatch_m<fp8dk::Fp16, fp8dk::Fp16>(c); }
+void launch_fp16(const Call& c) { dispatch_kernel<fp8dk::Fp16, fp8dk::Fp16>(c); }
 
 }  // namespace fp8dk::skinny

@@ -10,8 +10,13 @@
 #include <mutex>
 #include <tuple>
 
+#include "common/device_info.h"
 #include "common/launch.h"
 #include "skinny_gemm/skinny_gemm_kernels.cuh"
+#include "skinny_gemm/skinny_gemm_tma.cuh"
+#if defined(FP8DK_NVIDIA)
+#include "common/tensor_map.h"
+#endif
 
 namespace fp8dk::skinny {
 
@@ -120,13 +125,74 @@ void launch_plan(Launch l, const Args& x, const at::Tensor& like, bool split_for
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// The run-time choices as template arguments: operand and out formats, token padding, weight access width.
+#if defined(FP8DK_NVIDIA)
+// The copy-engine kernel's launch: its plan and the tensor maps of a and b (skinny_gemm_tma.cuh).
+struct TmaLaunch {
+  TmaPlan plan;
+  CUtensorMap map_a, map_b;
+};
+
+template <class Ab, class Out, int NT, int RB>
+void launch_tma(const TmaLaunch& t, const Args& x, const at::Tensor& like, cudaStream_t stream) {
+  auto* kernel = &skinny_gemm_tma_kernel<Ab, Out, NT, RB>;
+  // Raised once per kernel to the most any plan asks (the device's opt-in limit).
+  static const bool raised = [&] {
+    C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        fp8dk::max_shared_memory_per_block() - 1024));
+    return true;
+  }();
+  (void)raised;
+  const TmaPlan& p = t.plan;
+  float* ws = nullptr;
+  unsigned* counters = nullptr;
+  at::Tensor workspace;
+  if (p.contributions > 1) {
+    workspace = at::empty({static_cast<long long>(p.contributions) * p.m * p.n}, like.options().dtype(at::kFloat));
+    ws = workspace.data_ptr<float>();
+    counters = arrival_counters(like, stream, p.tiles);
+  }
+  fp8dk::LaunchShape shape;
+  shape.grid = dim3(p.ctas);
+  shape.block = dim3(kTmaThreads);
+  shape.smem_bytes = p.smem_bytes;
+  fp8dk::launch_kernel(kernel, shape, stream, t.map_a, t.map_b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// Whether the copy-engine kernel's code for the current device has its sm_90 paths (else it only traps).
+inline bool tma_kernel_available() {
+  return fp8dk::launch_detail::ptx_version(reinterpret_cast<const void*>(
+             &skinny_gemm_tma_kernel<fp8dk::E4m3fn, fp8dk::Bf16, 1, 1>)) >= 90;
+}
+
+template <class Ab, class Out>
+void dispatch_tma(const TmaLaunch& t, const Args& x, const at::Tensor& like, cudaStream_t stream) {
+  const int key = t.plan.nt * 2 + t.plan.rb - 1;
+  switch (key) {
+    case 2: return launch_tma<Ab, Out, 1, 1>(t, x, like, stream);
+    case 3: return launch_tma<Ab, Out, 1, 2>(t, x, like, stream);
+    case 4: return launch_tma<Ab, Out, 2, 1>(t, x, like, stream);
+    case 5: return launch_tma<Ab, Out, 2, 2>(t, x, like, stream);
+    case 6: return launch_tma<Ab, Out, 3, 1>(t, x, like, stream);
+    case 7: return launch_tma<Ab, Out, 3, 2>(t, x, like, stream);
+    case 8: return launch_tma<Ab, Out, 4, 1>(t, x, like, stream);
+    default: return launch_tma<Ab, Out, 4, 2>(t, x, like, stream);
+  }
+}
+#else
+struct TmaLaunch {};  // no copy-engine kernel on ROCm
+#endif
+
+// The run-time choices as template arguments: operand and out formats, token padding, weight access width;
+// or the copy-engine kernel when `tma` is set.
 struct Call {
   const Launch& l;
   const Args& x;
   const at::Tensor& like;
   bool split_forced;
   cudaStream_t stream;
+  const TmaLaunch* tma;
 };
 
 template <class Ab, class Out, int MP>
@@ -155,12 +221,20 @@ void dispatch_m(const Call& c) {
   }
 }
 
+template <class Ab, class Out>
+void dispatch_kernel(const Call& c) {
+#if defined(FP8DK_NVIDIA)
+  if (c.tma != nullptr) return dispatch_tma<Ab, Out>(*c.tma, c.x, c.like, c.stream);
+#endif
+  dispatch_m<Ab, Out>(c);
+}
+
 template <class Ab>
 void dispatch_out(at::ScalarType out, const Call& c) {
   if (out == at::kHalf)
-    dispatch_m<Ab, fp8dk::Fp16>(c);
+    dispatch_kernel<Ab, fp8dk::Fp16>(c);
   else
-    dispatch_m<Ab, fp8dk::Bf16>(c);
+    dispatch_kernel<Ab, fp8dk::Bf16>(c);
 }
 
 // One entry point per operand format, each defined in its own translation unit.

@@ -7,6 +7,11 @@ narrower than a CTA, K tails inside a sub-iteration, long K), the decode shapes,
 tiles shared by many CTAs, the split grid and split-K forced through the environment (deterministic
 reduction, bitwise-identical reruns), NaN propagation of the FP8 unpack, 64-bit
 offsets (N * K > 2^31), CUDA graphs and torch.compile. Skips without a GPU.
+
+Every test runs twice (the `gemm_path` fixture): with the copy-engine kernel wherever it can run (Hopper;
+skinny_gemm_tma.cuh), and with FP8DK_SKINNY_TMA=0 (the portable kernel). Tests that force the portable
+kernel's knobs run it on both passes. Where the copy engine cannot serve (no Hopper, rows of b not 16-byte
+aligned) both passes take the portable kernel; test_kernel_choice checks which kernel ran.
 """
 
 import pytest
@@ -25,6 +30,17 @@ OPERANDS = pytest.mark.parametrize("dtype", (*FP8_DTYPES, torch.float16, torch.b
 NS = (1, 17, 128, 2304, 13312)
 KS = (16, 48, 1000, 6656, 16384)
 DECODE = {"qkv": (2304, 16384), "gate_up": (13312, 16384), "down": (16384, 6656)}
+
+
+@pytest.fixture(params=("tma", "portable"), autouse=True)
+def gemm_path(request, monkeypatch) -> str:
+    if request.param == "portable":
+        monkeypatch.setenv("FP8DK_SKINNY_TMA", "0")
+    return request.param
+
+
+def is_hopper() -> bool:
+    return torch.version.hip is None and torch.cuda.get_device_capability()[0] == 9
 
 
 @pytest.fixture
@@ -133,6 +149,83 @@ def test_zero_k_and_empty(kernel):
     run(kernel, a, b[:0], s, s, None, torch.float16)
 
 
+# ------------------------------------------------------------------------------------------ kernel choice, accuracy
+
+
+def launched_kernels(fn) -> list:
+    """Names of the GPU kernels `fn` launches, from the profiler (skips where it records none)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA and "skinny_gemm" in e.name]
+    if not names:
+        pytest.skip("the profiler recorded no skinny_gemm kernel (CUPTI unavailable?)")
+    return names
+
+
+@pytest.mark.parametrize("case", ("aligned", "b_row_stride_8", "b_offset_8", "k_below_box", "tma_off",
+                                  "portable_knob"))
+def test_kernel_choice(kernel, monkeypatch, gemm_path, case):
+    """The copy-engine kernel runs on Hopper wherever the copy engine can read b (base and row stride multiples
+    of 16 bytes; K shorter than a box is zero-filled, not a fallback); the portable kernel everywhere else:
+    other GPUs, rows of b 8 bytes apart or starting 8 bytes off, FP8DK_SKINNY_TMA=0, or a knob of the portable
+    kernel set. Both are right (checked against the reference)."""
+    m, n, k = 5, 300, 1024
+    pad_b = 8 if case == "b_row_stride_8" else 0
+    if case == "k_below_box":
+        k = 48
+    if case == "tma_off":
+        monkeypatch.setenv("FP8DK_SKINNY_TMA", "0")
+    if case == "portable_knob":
+        monkeypatch.setenv("FP8DK_SKINNY_STREAM_K", "0")
+    a, b, sa, sb, bias, out_dtype = operands(m, n, k, torch.float8_e4m3fn, bias=True, pad_b=pad_b)
+    if case == "b_offset_8":
+        b = torch.cat([torch.zeros(8, dtype=torch.uint8, device="cuda"), b.reshape(-1).view(torch.uint8)])[8:]
+        b = b.view(torch.float8_e4m3fn).view(n, k)
+        assert b.data_ptr() % 16 == 8
+    out = poisoned((m, n), out_dtype, "cuda")
+    names = launched_kernels(lambda: kernel.ops.skinny_gemm(out, a, b, sa, sb, bias))
+    assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
+    expect_tma = is_hopper() and gemm_path == "tma" and case in ("aligned", "k_below_box")
+    assert any("skinny_gemm_tma_kernel" in x for x in names) == expect_tma, names
+
+
+@pytest.mark.parametrize("m", (1, 8, 16, 24, 32))
+@pytest.mark.parametrize("n,k", [(2304, 16384), (16384, 6656), (256, 4096), (1024, 48)])
+@OUT16
+def test_accuracy_against_scaled_mm(kernel, out_dtype, n, k, m):
+    """The accuracy rule: against a float64 GEMM of the dequantized operands, our error (largest element and
+    norm) is never worse than torch._scaled_mm's (use_fast_accum=False) on the same e4m3fn inputs."""
+    if not is_hopper():
+        pytest.skip("torch._scaled_mm's FP8 path is measured on Hopper")
+    a, b, sa, sb, _, _ = operands(m, n, k, torch.float8_e4m3fn)
+    ours = run(kernel, a, b, sa, sb, None, out_dtype).double()
+    theirs = torch._scaled_mm(a, b.t(), sa, sb, out_dtype=out_dtype).double()
+    ref = (a.double() @ b.double().t()) * (sa.double() * sb.double())
+    err_ours, err_theirs = (ours - ref).abs(), (theirs - ref).abs()
+    assert err_ours.max() <= err_theirs.max(), (err_ours.max().item(), err_theirs.max().item())
+    assert err_ours.norm() <= err_theirs.norm() * 1.001, (err_ours.norm().item(), err_theirs.norm().item())
+
+
+@pytest.mark.parametrize("wk,rb,boxes,stages", [(1, 1, 1, 2), (2, 1, 2, 3), (2, 1, 8, 2), (4, 2, 4, 2), (8, 1, 8, 4),
+                                                (1, 1, 3, 7), (2, 2, 2, 16)])
+@pytest.mark.parametrize("m", (1, 9, 32))
+@pytest.mark.parametrize("dtype", (torch.float8_e4m3fn, torch.bfloat16), ids=("e4m3fn", "bf16"))
+def test_tma_tilings(kernel, monkeypatch, dtype, m, wk, rb, boxes, stages):
+    """The copy-engine kernel's knobs: warp columns along K, boxes per stage (boxes and stages wholly past K
+    skipped), two row blocks per warp, shallow rings (every slot reused many times), rings deeper than shared
+    memory allows (capped). Portable kernel on the other pass / other GPUs."""
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_WK", str(wk))
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_RB", str(rb))
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_BOXES", str(boxes))
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_STAGES", str(stages))
+    check(kernel, m, 1000, 4096 + 80, dtype, bias=True)
+    check(kernel, m, 33, 2 * 1024 + 16, dtype, bias=False)
+
+
 # ------------------------------------------------------------------------------------------ strides, alignment
 
 
@@ -226,6 +319,15 @@ def test_bad_overrides(kernel, monkeypatch):
     monkeypatch.setenv("FP8DK_SKINNY_STREAM_K", "yes")
     with pytest.raises(RuntimeError, match="FP8DK_SKINNY_STREAM_K must be 0 or 1"):
         run(kernel, a, b, sa, sb, bias, out_dtype)
+    monkeypatch.delenv("FP8DK_SKINNY_STREAM_K")
+    monkeypatch.setenv("FP8DK_SKINNY_TMA", "on")
+    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_TMA must be 0 or 1"):
+        run(kernel, a, b, sa, sb, bias, out_dtype)
+    monkeypatch.delenv("FP8DK_SKINNY_TMA")
+    if is_hopper():
+        monkeypatch.setenv("FP8DK_SKINNY_TMA_WK", "3")
+        with pytest.raises(RuntimeError, match="FP8DK_SKINNY_TMA_WK must divide 8"):
+            run(kernel, a, b, sa, sb, bias, out_dtype)
 
 
 @pytest.mark.parametrize("split", (None, "heuristic", "4", "13"))
@@ -364,3 +466,22 @@ def test_torch_compile_gpu(kernel, dtype, m):
         got = compiled(a, b, sa, sb, bias)
         assert_bitwise_equal(got, linear(a, b, sa, sb, bias), "compiled output")
         a = operands(m, 2304, 2048, dtype)[0]
+
+
+@pytest.mark.parametrize("m", (1, 8, 16, 24, 32))
+def test_routing_to_scaled_mm(kernel, monkeypatch, m):
+    """Where routing.py measured torch._scaled_mm faster (Hopper; 405B qkv from M = 21 on here), the wrapper returns
+    exactly torch._scaled_mm's result; elsewhere, and with FP8DK_SKINNY_ROUTE=0, our kernel's."""
+    n, k = 2304, 16384
+    a, b, sa, sb, bias, out_dtype = operands(m, n, k, torch.float8_e4m3fn, out_dtype=torch.bfloat16, bias=True)
+    routed = is_hopper() and kernel.routing.prefer_scaled_mm(a, b)
+    assert routed == (is_hopper() and m >= 24)
+    got = kernel.skinny_gemm(a, b, sa, sb, bias, out_dtype=out_dtype)
+    ours = run(kernel, a, b, sa, sb, bias, out_dtype)
+    if routed:
+        assert_bitwise_equal(got, torch._scaled_mm(a, b.t(), sa, sb, bias=bias, out_dtype=out_dtype), "routed")
+    else:
+        assert_bitwise_equal(got, ours, "our kernel")
+    monkeypatch.setenv("FP8DK_SKINNY_ROUTE", "0")
+    assert not kernel.routing.prefer_scaled_mm(a, b)
+    assert_bitwise_equal(kernel.skinny_gemm(a, b, sa, sb, bias, out_dtype=out_dtype), ours, "FP8DK_SKINNY_ROUTE=0")

@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from . import layers, reference
+from . import layers, reference, routing
 from ._ops import add_op_namespace_prefix, ops
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "quantize_fp8",
     "reference",
     "rms_norm",
+    "routing",
     "silu_and_mul",
     "skinny_gemm",
 ]
@@ -209,7 +210,9 @@ def skinny_gemm(
 
     The kernel handles M <= 32 (decode batches); larger M is routed to torch, with torch's numerics:
     ``torch._scaled_mm`` for FP8 where it supports the operands, a float32 dequantize-and-matmul otherwise,
-    ``F.linear`` for 16-bit. Returns a new [M, N] tensor.
+    ``F.linear`` for 16-bit. FP8 calls with M <= 32 also go to ``torch._scaled_mm`` where it was measured
+    faster than our kernel (``routing.py``; ``FP8DK_SKINNY_ROUTE=0`` turns that off). Returns a new [M, N]
+    tensor.
     """
     _check_tensor("skinny_gemm", "a", a)
     _check_tensor("skinny_gemm", "b", b)
@@ -218,6 +221,9 @@ def skinny_gemm(
                          f"b {tuple(b.shape)}")
     dtype = _gemm_out_dtype(a, scale_a, scale_b, bias, out_dtype)
     if a.shape[0] > _SKINNY_MAX_M:
+        return _torch_gemm(a, b, scale_a, scale_b, bias, dtype)
+    if (a.dtype in _FP8_DTYPES and b.is_contiguous() and _scaled_mm_supported(a, b)
+            and routing.prefer_scaled_mm(a, b)):
         return _torch_gemm(a, b, scale_a, scale_b, bias, dtype)
     out = torch.empty((a.shape[0], b.shape[0]), dtype=dtype, device=a.device)
     ops.skinny_gemm(out, a, b, scale_a, scale_b, bias)

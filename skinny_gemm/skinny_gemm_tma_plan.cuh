@@ -1,0 +1,111 @@
+#pragma once
+// Skinny GEMM on Hopper, part 1: the tiling of the copy-engine kernel (skinny_gemm_tma.cuh) and the plan that
+// picks it from (M, N, K), the SM count and the shared memory the device offers. No torch, no device code.
+//
+//   * A CTA = `consumers` (8) consumer warps + 1 producer warp, one CTA per SM, persistent.
+//   * A stage of the shared-memory ring holds `boxes` consecutive K-boxes: each a box of the weights
+//     [block_n rows x 128 bytes of K] and one of the activations [MP tokens x 128 bytes of the same K], both
+//     copied by the copy engine with the 128-byte swizzle. Several boxes per stage make each weight row's
+//     run per stage longer than 128 bytes. The WN x WK consumer warps split a stage: warp (wn, wk)
+//     multiplies rows [wn * 16 * RB, + 16 * RB) of boxes wk, wk + WK, ...
+//   * The work is tiles x K-blocks units (a K-block = one stage); CTA g of G takes units
+//     [floor(g * U / G), floor((g + 1) * U / G)) (stream-K): every CTA streams the same number of bytes, and
+//     the CTAs that share a tile add their fp32 partials in K order (deterministic).
+//   * Ring depth: as many stages as the shared memory holds (about 10 at M <= 16 on an H100: 160-200 KB in
+//     flight per SM, against the ~25-40 KB that Little's law asks at 3-4.8 TB/s and ~1 us).
+#include "skinny_gemm/skinny_gemm_plan.cuh"
+
+namespace fp8dk {
+namespace skinny {
+
+constexpr int kTmaBoxBytes = 128;        // K bytes of a box row: the span of the 128-byte swizzle
+constexpr int kTmaConsumerWarps = 8;
+constexpr int kTmaThreads = (kTmaConsumerWarps + 1) * 32;
+constexpr int kTmaMaxStages = 16;        // barriers reserved in shared memory
+constexpr int kTmaMinUnitsPerCta = 4;    // a CTA streams at least this many stages (small problems)
+constexpr int kTmaAlignSlack = 1024;     // dynamic shared memory is aligned up to the swizzle atom in the kernel
+
+struct TmaPlan {
+  int m, n, k;
+  long long out_stride;  // elements
+  int nt, rb;            // n-tiles of 8 tokens (template), 16-row blocks per warp (template)
+  int wn, wk;            // consumer warps along N and along K
+  int block_n;           // weight rows per tile = wn * 16 * rb
+  int tiles;             // ceil(n / block_n)
+  int boxes;             // K-boxes per stage (a multiple of wk)
+  int k_blocks;          // stages along K = ceil(k * elem_bytes / (boxes * 128))
+  int box_elems;         // K elements of a box row = 128 / elem_bytes
+  int stages;            // ring depth
+  int weight_box_bytes;  // block_n * 128
+  int act_box_bytes;     // nt * 8 * 128
+  int stage_bytes;       // boxes * (weight_box_bytes + act_box_bytes)
+  int red_pitch;         // floats per token row of the partial-sum tile [wk][nt * 8][red_pitch]
+  int barrier_offset;    // bytes from the aligned base to the full/empty barriers
+  int smem_bytes;        // dynamic shared memory to request (alignment slack included)
+  int ctas;              // persistent grid
+  int contributions;     // most CTAs one tile meets (1: every tile computed by one CTA, no workspace)
+};
+
+// Overrides (tuning and tests; 0 = the plan's choice).
+struct TmaOverrides {
+  int wk = 0, rb = 0, boxes = 0, stages = 0;
+  int whole_tiles = -1;  // 1: one CTA per tile whenever the tiles fit in one wave; 0: never; -1: the plan's rule
+};
+
+// `smem_limit`: dynamic shared memory a block may opt in to. Returns false (p untouched) where the kernel
+// cannot run the problem: then the portable kernel does.
+inline bool plan_tma(int m, int n, int k, int elem_bytes, int sms, int smem_limit, const TmaOverrides& o,
+                     TmaPlan& out) {
+  if (m < 1 || m > 32 || n < 1 || k < 1) return false;
+  TmaPlan p{};
+  p.m = m, p.n = n, p.k = k;
+  p.nt = (m + 7) / 8;
+  const int mp = p.nt * 8;
+  // Per token count, the best of a tuning grid on an H100 (benchmarks/results/nvidia-h100/session8-2026-11-25/
+  // tune-*.json: 405B qkv, gate_up, down at M = 1..32): 512-1024 contiguous bytes of each weight row per stage
+  // (4-8 boxes) beat 128-256 by 6-10% at every shape; above 8 tokens, tiles of 64 rows with the boxes shared
+  // among 2-4 warp columns; above 16, two row blocks per warp (the activation fragments and their FP8 unpack
+  // then serve 32 rows). Above 8 tokens, where tiles of 128 rows come out at one per SM (N = 16384 on 132
+  // SMs: 405B down and o), those with 2 boxes per stage instead: no tile is shared (1.08-1.13x, down M = 16-32).
+  const int sm_tiles = ceil_div(n, 8 * kRowBlock);  // tiles of 128 rows
+  const bool whole_tiles = p.nt >= 2 && sm_tiles <= sms && 10 * sm_tiles >= 9 * sms;
+  const int default_wk = whole_tiles ? 2 : p.nt == 1 ? 1 : p.nt == 2 ? 2 : 4;
+  p.rb = o.rb ? o.rb : (whole_tiles || p.nt >= 3 ? 2 : 1);
+  p.wk = o.wk ? o.wk : default_wk;
+  const int default_boxes = whole_tiles ? 2 : p.nt == 2 ? 8 : 4;
+  p.boxes = o.boxes ? o.boxes : (default_boxes + p.wk - 1) / p.wk * p.wk;
+  if ((p.rb != 1 && p.rb != 2) || kTmaConsumerWarps % p.wk != 0 || p.boxes % p.wk != 0) return false;
+  p.wn = kTmaConsumerWarps / p.wk;
+  p.block_n = p.wn * kRowBlock * p.rb;
+  p.tiles = ceil_div(n, p.block_n);
+  p.box_elems = kTmaBoxBytes / elem_bytes;
+  p.k_blocks = ceil_div(static_cast<long long>(k) * elem_bytes, static_cast<long long>(p.boxes) * kTmaBoxBytes);
+  p.weight_box_bytes = p.block_n * kTmaBoxBytes;
+  p.act_box_bytes = mp * kTmaBoxBytes;
+  p.stage_bytes = p.boxes * (p.weight_box_bytes + p.act_box_bytes);
+  p.red_pitch = p.block_n + kRedPad;
+  const int red_bytes = p.wk * mp * p.red_pitch * 4;
+  const int fixed = red_bytes + 2 * kTmaMaxStages * 8 + kTmaAlignSlack;
+  int stages = (smem_limit - fixed) / p.stage_bytes;
+  if (stages > kTmaMaxStages) stages = kTmaMaxStages;
+  if (o.stages) stages = o.stages < stages ? o.stages : stages;
+  if (stages < 2) return false;
+  p.stages = stages;
+  p.barrier_offset = stages * p.stage_bytes + red_bytes;
+  p.smem_bytes = p.barrier_offset + 2 * stages * 8 + kTmaAlignSlack;
+  const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
+  long long ctas = units / kTmaMinUnitsPerCta;
+  if (ctas > sms) ctas = sms;
+  if (ctas < 1) ctas = 1;
+  // Nearly one tile per SM: one CTA per tile, no shared tiles. A few idle SMs cost less than the partial
+  // sums' round trip through L2 and the consumers' stall while they reduce.
+  const bool one_per_tile = o.whole_tiles >= 0 ? o.whole_tiles == 1 : 10 * p.tiles >= 9 * sms;
+  if (p.tiles <= sms && one_per_tile) ctas = p.tiles;
+  p.ctas = static_cast<int>(ctas);
+  p.contributions = tiles_unshared(units, ctas, p.k_blocks) ? 1 : max_contributions(units, ctas, p.k_blocks);
+  out = p;
+  return true;
+}
+
+}  // namespace skinny
+}  // namespace fp8dk

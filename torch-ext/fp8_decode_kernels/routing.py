@@ -1,0 +1,59 @@
+"""Where ``skinny_gemm`` hands an FP8 call to ``torch._scaled_mm`` (cuBLASLt) instead of running our kernel.
+
+Users must never be slower with the package than without it. Where our kernel was measured slower than
+``torch._scaled_mm`` (same process, CUDA graphs, weights rotated beyond L2; ``benchmarks/sweep.py --gemm-shapes
+targets``), the wrapper calls ``torch._scaled_mm`` for that (architecture, weight shape, M). The table holds the
+measured shapes; other shapes follow a rule drawn from the same measurements. Architectures without a
+measurement (pre-Hopper NVIDIA, ROCm) always run our kernel, as before.
+
+``FP8DK_SKINNY_ROUTE=0`` runs our kernel everywhere (the benchmarks' "kernel alone").
+"""
+
+import functools
+import os
+
+import torch
+
+# NVIDIA compute capability 9.x, measured 2026-11-25 on an H100 80GB HBM3, e4m3fn -> bf16
+# (benchmarks/results/nvidia-h100/session8-2026-11-25/targets/sweep.md): weight shape (N, K) -> the M values
+# (1..32) at which torch._scaled_mm was faster than our kernel by 1% or more (between measured M, the nearer
+# measured point decides).
+_SM90_SLOWER_M = {
+    (2304, 16384): range(21, 33),   # Llama-3.1-405B TP8 qkv: 0.93x at M = 24, 32
+    (16384, 2048): range(29, 33),   # 405B TP8 o: 1.00x at 24, 0.93x at 32
+    (13312, 16384): range(13, 29),  # 405B TP8 gate_up: 0.99x at 16 and 24, 1.03x at 32
+    (16384, 6656): range(0),        # 405B TP8 down: 1.01-1.11x
+    (10240, 8192): range(13, 33),   # Llama-3.1-70B qkv: 0.98x at 16, 0.92-0.93x above
+    (8192, 28672): range(0),        # 70B down: 0.99-1.01x
+    (6144, 4096): range(7, 33),     # Llama-3.1-8B qkv: 0.96x at 8, down to 0.71x at 32
+    (28672, 4096): range(13, 33),   # 8B gate_up: 0.97x at 16, 0.94x at 32
+}
+# Shapes not in the table, from the same measurements: our kernel up to 4 tokens (it won or tied on every
+# measured shape), up to 8 for weights of at least 32 MiB (every measured shape that size won at M = 8), and
+# torch._scaled_mm above (three of the eight measured shapes lose from 16 tokens on).
+_SM90_ALWAYS_OURS_M = 4
+_SM90_LARGE_WEIGHT_M = 8
+_SM90_LARGE_WEIGHT_BYTES = 32 << 20
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple:
+    return torch.cuda.get_device_capability(index)
+
+
+def prefer_scaled_mm(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether torch._scaled_mm is measured (or, for an unmeasured shape, expected) faster than our kernel for
+    these operands. The caller checks that torch._scaled_mm takes them. Pure host logic: no device sync."""
+    if os.environ.get("FP8DK_SKINNY_ROUTE", "1") == "0":
+        return False
+    if a.device.type != "cuda" or torch.version.hip is not None:
+        return False
+    if _capability(a.device.index if a.device.index is not None else torch.cuda.current_device())[0] != 9:
+        return False
+    m, (n, k) = a.shape[0], b.shape
+    slower = _SM90_SLOWER_M.get((n, k))
+    if slower is not None:
+        return m in slower
+    if m <= _SM90_ALWAYS_OURS_M:
+        return False
+    return not (m <= _SM90_LARGE_WEIGHT_M and n * k * b.element_size() >= _SM90_LARGE_WEIGHT_BYTES)
