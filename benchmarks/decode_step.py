@@ -24,7 +24,9 @@ MLP output and the final output, against a noise floor measured on the spot), an
 
 Reported per batch and build: the step latency (median over --replays CUDA-graph replays; eager steps on CPU
 or with --no-graph) and a torch.profiler breakdown of the kernel time of eager steps into GEMM, RMSNorm,
-SwiGLU, quant, attention, communication and other, with "idle" = latency - kernel time (launch gaps).
+SwiGLU, quant, attention, communication and other, with "idle" = latency - kernel time (launch gaps); and
+the relative difference of our output from the torch build's next to its noise floor (the torch build's own
+output moved by a half-ulp random perturbation of its input).
 Written to --out (default benchmarks/results/<device>/decode/) as Markdown, JSON and a PNG chart.
 """
 
@@ -494,6 +496,9 @@ class Measurement:
     latency_ms: Dict[str, float]  # median, p10, p90 over the timed steps
     breakdown: Breakdown
     rel_diff_vs_torch: float
+    # The torch build's own output moved by a half-ulp random perturbation of its input: how far two runs
+    # that differ only in roundings drift apart over these layers (random FP8 weights amplify it).
+    noise_floor: float = 0.0
 
     @property
     def idle_us(self) -> float:
@@ -604,10 +609,11 @@ def run_benchmark(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> L
             outputs[path], latency, breakdown = measure(models[path], caches, x, pos, args, device, barrier)
             measured[path] = (latency, breakdown)
             log(dist_ctx, f"batch {batch:3d} {path:5s}: {latency['median']:8.3f} ms per step")
+        noise = relative_error(models["torch"](half_ulp_perturbed(x, args.seed), caches, pos), outputs["torch"])
         for path in PATHS:
             latency, breakdown = measured[path]
             results.append(Measurement(path, batch, latency, breakdown,
-                                       relative_error(outputs[path], outputs["torch"])))
+                                       relative_error(outputs[path], outputs["torch"]), noise))
     return results
 
 
@@ -684,12 +690,13 @@ def markdown(args, results: List[Measurement], title: str, env: dict) -> str:
              f"{env['device']['name']}, torch {env['torch']}, git {env['git_revision']}, {env['date']}.", "",
              f"Step latency: median of {args.replays} {timing}. Breakdown: {work} per step (µs) of "
              f"{args.profile_steps} profiled eager steps; idle = latency - {work}.", "",
-             "| batch | ours (ms) | torch (ms) | speedup | ours vs torch rel. error |",
-             "|---:|---:|---:|---:|---:|"]
+             "| batch | ours (ms) | torch (ms) | speedup | ours vs torch rel. error | noise floor |",
+             "|---:|---:|---:|---:|---:|---:|"]
     for batch in args.batch:
         ours, peer = by_key[("ours", batch)], by_key[("torch", batch)]
         lines.append(f"| {batch} | {ours.latency_ms['median']:.3f} | {peer.latency_ms['median']:.3f} | "
-                     f"{peer.latency_ms['median'] / ours.latency_ms['median']:.2f}x | {ours.rel_diff_vs_torch:.1e} |")
+                     f"{peer.latency_ms['median'] / ours.latency_ms['median']:.2f}x | {ours.rel_diff_vs_torch:.1e} | "
+                     f"{ours.noise_floor:.1e} |")
     lines += ["", "| batch | build | " + " | ".join(CATEGORIES) + " | idle | launches per step |",
               "|---:|---|" + "---:|" * (len(CATEGORIES) + 2)]
     for m in results:
@@ -751,7 +758,7 @@ def write_reports(args, setup: Setup, dist_ctx: Dist, results: List[Measurement]
         "shard_shape": asdict(setup.shard), "fp8_dtype": str(setup.fp8_dtype), "tp": dist_ctx.world,
         "results": [{"path": m.path, "batch": m.batch, "latency_ms": m.latency_ms, "breakdown_us": m.breakdown.time_us,
                      "idle_us": m.idle_us, "calls_per_step": m.breakdown.calls, "top_kernels": m.breakdown.top_kernels,
-                     "rel_diff_vs_torch": m.rel_diff_vs_torch} for m in results],
+                     "rel_diff_vs_torch": m.rel_diff_vs_torch, "noise_floor": m.noise_floor} for m in results],
     }
     (out / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
     plot(args, results, title, subtitle, out / f"{name}.png")
