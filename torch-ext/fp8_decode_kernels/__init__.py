@@ -163,11 +163,12 @@ def _gemm_out_dtype(a: torch.Tensor, scale_a: Optional[torch.Tensor], scale_b: O
 
 
 def _scaled_mm_supported(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether torch._scaled_mm takes these FP8 operands. The CPU implementation takes both flavours and any
-    shape; cuBLASLt/hipBLASLt want the device's native flavour, dimensions that are multiples of 16 and, on
-    NVIDIA, sm_89 or newer."""
+    """Whether torch._scaled_mm takes these FP8 operands. cuBLASLt/hipBLASLt want the device's native flavour,
+    dimensions that are multiples of 16 and, on NVIDIA, sm_89 or newer. Never on CPU: there torch picks oneDNN
+    on CPUs with AMX (which rejects float8_e4m3fnuz) and an fp32 dequantize-and-matmul elsewhere, so what it
+    accepts depends on the machine; the fallback below is that same emulation, on every CPU."""
     if a.device.type == "cpu":
-        return True
+        return False
     if a.device.type != "cuda" or a.dtype != native_fp8_dtype(a.device):
         return False
     if a.shape[1] % 16 != 0 or b.shape[0] % 16 != 0:
