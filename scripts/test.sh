@@ -25,5 +25,5 @@ if [ $# -eq 0 ]; then
   trap 'rm -rf "$INDUCTOR_CACHE"' EXIT
   ATEN_CPU_CAPABILITY=default TORCHINDUCTOR_CACHE_DIR="$INDUCTOR_CACHE" "$PY" -m pytest -q -k "cpu or meta" \
     tests/test_cpu_paths.py tests/test_devices.py tests/test_skinny_gemm.py \
-    tests/test_rmsnorm.py tests/test_swiglu.py tests/test_quant_fp8.py
+    tests/test_rmsnorm.py tests/test_swiglu.py tests/test_quant_fp8.py tests/test_llama_kernelize.py
 fi
