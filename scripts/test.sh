@@ -24,6 +24,6 @@ if [ $# -eq 0 ]; then
   INDUCTOR_CACHE=$(mktemp -d)
   trap 'rm -rf "$INDUCTOR_CACHE"' EXIT
   ATEN_CPU_CAPABILITY=default TORCHINDUCTOR_CACHE_DIR="$INDUCTOR_CACHE" "$PY" -m pytest -q -k "cpu or meta" \
-    tests/test_cpu_paths.py tests/test_devices.py tests/test_skinny_gemm.py \
+    tests/test_cpu_paths.py tests/test_devices.py tests/test_nan_rule.py tests/test_skinny_gemm.py \
     tests/test_rmsnorm.py tests/test_swiglu.py tests/test_quant_fp8.py tests/test_llama_kernelize.py
 fi
