@@ -4,6 +4,7 @@ tools/demo.py. Median of interleaved runs (ours, eager, ours, ...) so that frequ
 
     python benchmarks/cpu_vs_eager.py                 # all cases, ~1 minute
     python benchmarks/cpu_vs_eager.py --filter gemm   # the cases whose name contains "gemm"
+    python benchmarks/cpu_vs_eager.py --threads 1     # one thread: steadier on a shared machine
 
 Eager peers: reference.py's definitions for the elementwise ops and RMSNorm (what a model runs without us),
 torch._scaled_mm for the FP8 GEMM (on CPU: dequantize to fp32 and matmul, or oneDNN on AMX CPUs) and F.linear
@@ -125,7 +126,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--filter", default="", help="only cases whose name contains this")
     parser.add_argument("--budget", type=float, default=0.5, help="seconds per case (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     k = load_kernel()
     isa = k.ops.cpu_isa() if hasattr(k.ops, "cpu_isa") else "?"
