@@ -56,18 +56,42 @@ inline void check_same_device(const at::Tensor& t, const at::Tensor& ref, const 
               " (", ref.device(), "), got ", t.device());
 }
 
+// The device type this build's kernels run on. Every other tensor argument is checked against the first one
+// (check_same_device), so all of them end up on this device type. (Meta tensors never reach a launcher: the
+// dispatcher sends any call with a meta argument to the fake implementation in torch-ext/.../__init__.py,
+// which applies the same device rule.)
+#if defined(CPU_KERNEL)
+constexpr c10::DeviceType kBuildDeviceType = c10::DeviceType::CPU;
+constexpr const char* kBuildName = "the CPU build";
+#define FP8DK_CHECK_BUILD_DEVICE 1
+#elif defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
+constexpr c10::DeviceType kBuildDeviceType = c10::DeviceType::CUDA;  // HIP tensors are "cuda" in torch
+constexpr const char* kBuildName = "the CUDA/ROCm build";
+#define FP8DK_CHECK_BUILD_DEVICE 1
+#else
+#define FP8DK_CHECK_BUILD_DEVICE 0
+#endif
+
+inline void check_build_device(const at::Tensor& t, const char* op, const char* name) {
+#if FP8DK_CHECK_BUILD_DEVICE
+  TORCH_CHECK(t.device().type() == kBuildDeviceType, op, ": this is ", kBuildName, "; ", name, " must be on a ",
+              c10::DeviceTypeName(kBuildDeviceType, /*lower_case=*/true), " device, got ", t.device());
+#endif
+}
+
 inline void check_activation_dtype(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK(is_16bit_float(t.scalar_type()), op, ": ", name, " must be float16 or bfloat16, got ",
               t.scalar_type());
 }
 
 // A static per-tensor scale: one fp32 element, read on the device so the op needs no host sync.
-inline void check_scale(const at::Tensor& scale, const at::Tensor& ref, const char* op, const char* name) {
+inline void check_scale(const at::Tensor& scale, const at::Tensor& ref, const char* op, const char* name,
+                        const char* ref_name = "input") {
   TORCH_CHECK(scale.scalar_type() == at::kFloat, op, ": ", name, " must be a float32 tensor, got ",
               scale.scalar_type());
   TORCH_CHECK(scale.numel() == 1, op, ": ", name, " must have exactly one element (per-tensor scale), got ",
               scale.numel(), " elements of shape ", scale.sizes());
-  check_same_device(scale, ref, op, name, "input");
+  check_same_device(scale, ref, op, name, ref_name);
 }
 
 // Output dtype rule of the quantizing ops: with a scale, out is FP8 and its dtype picks the flavour;
@@ -95,6 +119,7 @@ struct RmsNormShape {
 inline RmsNormShape check_rms_norm_args(const at::Tensor& out, const at::Tensor& input,
                                         const at::Tensor* residual, const at::Tensor& weight, double eps,
                                         const std::optional<at::Tensor>& scale, const char* op) {
+  check_build_device(input, op, "input");
   check_activation_dtype(input, op, "input");
   const RowView in = row_view(input, op, "input");
   TORCH_CHECK(in.cols >= 1, op, ": input must have a hidden size (last dimension) >= 1, got 0");
@@ -126,6 +151,7 @@ struct SiluAndMulShape {
 
 inline SiluAndMulShape check_silu_and_mul_args(const at::Tensor& out, const at::Tensor& input,
                                                const std::optional<at::Tensor>& scale, const char* op) {
+  check_build_device(input, op, "input");
   check_activation_dtype(input, op, "input");
   const RowView in = row_view(input, op, "input");
   TORCH_CHECK(in.cols >= 2 && in.cols % 2 == 0, op,
@@ -151,6 +177,7 @@ inline SkinnyGemmShape check_skinny_gemm_args(const at::Tensor& out, const at::T
                                               const std::optional<at::Tensor>& scale_a,
                                               const std::optional<at::Tensor>& scale_b,
                                               const std::optional<at::Tensor>& bias, const char* op) {
+  check_build_device(a, op, "a");
   TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K], got shape ", a.sizes());
   TORCH_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K] (weight, one row per output feature), got shape ",
               b.sizes());
@@ -166,8 +193,8 @@ inline SkinnyGemmShape check_skinny_gemm_args(const at::Tensor& out, const at::T
     TORCH_CHECK(bt == at_, op, ": a and b must be the same FP8 flavour, got a ", at_, " and b ", bt);
     TORCH_CHECK(scale_a.has_value() && scale_b.has_value(), op,
                 ": FP8 operands need scale_a and scale_b (one-element float32 tensors)");
-    check_scale(*scale_a, a, op, "scale_a");
-    check_scale(*scale_b, a, op, "scale_b");
+    check_scale(*scale_a, a, op, "scale_a", "a");
+    check_scale(*scale_b, a, op, "scale_b", "a");
     TORCH_CHECK(is_16bit_float(out.scalar_type()), op, ": out must be float16 or bfloat16, got ",
                 out.scalar_type());
   } else {
@@ -202,6 +229,7 @@ struct QuantizeFp8Shape {
 // quantize_fp8: out (FP8, the input's shape) <- input / scale. The scale is not optional here.
 inline QuantizeFp8Shape check_quantize_fp8_args(const at::Tensor& out, const at::Tensor& input,
                                                 const at::Tensor& scale, const char* op) {
+  check_build_device(input, op, "input");
   check_activation_dtype(input, op, "input");
   const RowView in = row_view(input, op, "input");
   TORCH_CHECK(out.sizes() == input.sizes(), op, ": out must have the input shape ", input.sizes(), ", got ",

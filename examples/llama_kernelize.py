@@ -94,7 +94,14 @@ def main() -> None:
 
     swapped = kernelize_rms_norm(model, kernel)
     if swapped != 2 * args.layers + 1:
-        raise SystemExit(f"kernelize swapped {swapped} RMSNorm modules, expected {2 * args.layers + 1}")
+        from transformers.utils import import_utils
+
+        why = ""
+        if not getattr(import_utils, "is_kernels_available", lambda: False)():
+            why = (f": this transformers accepts kernels {getattr(import_utils, 'KERNELS_MIN_VERSION', '?')} <= "
+                   f"version < {getattr(import_utils, 'KERNELS_MAX_VERSION', '?')} only, so its layers are not "
+                   "kernelizable (README 'Using the kernels': transformers >= 5.18 for kernels 0.17)")
+        raise SystemExit(f"kernelize swapped {swapped} RMSNorm modules, expected {2 * args.layers + 1}{why}")
     with torch.no_grad():
         norm_diff = (model(prompt).logits - logits).abs().max().item()
     rows.append(("+ kernelized RMSNorm", *generate(model, prompt, args.new_tokens)))

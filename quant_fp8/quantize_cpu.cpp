@@ -1,21 +1,46 @@
 // CPU quantize_fp8 (torch-ext/torch_binding.h): out = saturate(input / scale) in the out's FP8 flavour, rounded
 // to nearest even, NaN kept: the same fp32 division and conversion as reference.quantize_fp8, so the same bytes.
+// Two paths with the same bits (common/cpu_simd.h): portable C++ and AVX2; rows are split over threads.
 #include "common/checks.h"
 #include "common/cpu_numerics.h"
+#include "common/cpu_simd.h"
 #include "torch-ext/torch_binding.h"
 
 namespace {
 
 using namespace fp8dk::cpu;
 
+#if FP8DK_HAVE_AVX2_PATH
+template <typename In, typename Out>
+FP8DK_AVX2 void quantize_row_avx2(const In* src, int64_t d, const OutputConverter<Out>& cvt, Out* dst) {
+  const int64_t vec_end = d & ~int64_t{7};
+  const __m256 scale8 = _mm256_set1_ps(cvt.scale);
+  const __m256 bound = _mm256_set1_ps(fp8dk::fp8_max(c10::CppTypeToScalarType<Out>::value));
+  for (int64_t i = 0; i < vec_end; i += 8) {
+    __m256 q = _mm256_div_ps(avx2::load8(src + i), scale8);
+    q = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), bound), _mm256_min_ps(bound, q));
+    avx2::store_bytes8(reinterpret_cast<uint8_t*>(dst + i),
+                       avx2::fp8_encode8<std::is_same_v<Out, c10::Float8_e4m3fnuz>>(q));
+  }
+  for (int64_t i = vec_end; i < d; ++i) dst[i] = cvt(to_float(src[i]));
+}
+#endif
+
 template <typename In, typename Out>
 void quantize_rows(const fp8dk::QuantizeFp8Shape& shape, const In* x, const at::Tensor& scale, Out* out) {
   const auto cvt = OutputConverter<Out>::make(scale);
   const int64_t d = shape.in.cols;
+  const bool avx2 = path() == Path::kAvx2;
   at::parallel_for(0, shape.in.rows, row_grain(d), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const In* src = x + r * shape.in.row_stride;
       Out* dst = out + r * shape.out.row_stride;
+#if FP8DK_HAVE_AVX2_PATH
+      if (avx2) {
+        quantize_row_avx2(src, d, cvt, dst);
+        continue;
+      }
+#endif
       for (int64_t i = 0; i < d; ++i) dst[i] = cvt(to_float(src[i]));
     }
   });

@@ -12,11 +12,18 @@ PY="$VENV/bin/python"
 PIP=("$PY" -m pip install --quiet --disable-pip-version-check)
 PACKAGES=(kernels==0.17.2 transformers==5.22.2 pytest ninja numpy matplotlib tabulate)
 
-[ -x "$PY" ] || python3 -m venv "$VENV"
+# One line per step, so that a long pip run is not silent; pip itself stays quiet (its errors still show).
+step() { echo "setup.sh: $*"; }
+
+if [ ! -x "$PY" ]; then
+  step "creating $VENV"
+  python3 -m venv "$VENV"
+fi
 
 installed() { "$PY" -c "from importlib.metadata import version; print(version('$1'))" 2>/dev/null; }
 
 if ! installed torch >/dev/null; then
+  step "installing torch 2.13.0 (about a minute)"
   "${PIP[@]}" torch==2.13.0
 fi
 
@@ -28,9 +35,11 @@ all_pinned() {
     [[ "$spec" != *==* || "$have" == "${spec#*==}" ]] || return 1
   done
 }
-all_pinned && exit 0
+all_pinned && { step "$VENV is up to date (torch $(installed torch))"; exit 0; }
 
 # The public version of the installed torch (2.13.0 also matches 2.13.0+cu130): pip must not replace it.
 TORCH_VERSION=$(installed torch)
 TORCH_VERSION=${TORCH_VERSION%%+*}
+step "installing ${PACKAGES[*]} for torch $TORCH_VERSION (about 45 s)"
 "${PIP[@]}" -c <(echo "torch==$TORCH_VERSION") "${PACKAGES[@]}"
+step "done"

@@ -61,3 +61,9 @@ def kernel(device):
 def _seed(request):
     """Different random inputs in every test, reproducible from the test's id alone (any -k selection)."""
     torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def kernel_cpu():
+    """The CPU variant, for tests that are about the CPU only."""
+    return load_kernel("cpu")

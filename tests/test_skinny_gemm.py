@@ -196,3 +196,23 @@ def test_torch_compile(kernel, device, dtype, m):
 
     compiled = torch.compile(linear, fullgraph=True)(a, b, scale_a, scale_b, bias)
     assert_bitwise_equal(compiled, linear(a, b, scale_a, scale_b, bias), "compiled output")
+
+
+# ------------------------------------------------------------------------------------ the CPU route for M > 32
+
+
+@pytest.mark.parametrize("mkldnn", [True, False], ids=["onednn_on", "onednn_off"])
+@pytest.mark.parametrize("dtype", OPERAND_DTYPES, ids=OPERAND_IDS)
+def test_cpu_torch_route_any_cpu(kernel_cpu, dtype, mkldnn, monkeypatch):
+    """M > 32 on CPU must not depend on the CPU model: torch._scaled_mm goes through oneDNN on CPUs with AMX
+    (which rejects float8_e4m3fnuz) and emulates elsewhere, so the wrapper never calls it on CPU (it raises
+    here if called). torch.backends.mkldnn is the switch torch's own CPU GEMMs (F.linear) consult to choose
+    oneDNN on CPUs that have its fast paths; both settings must meet the contract."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch._scaled_mm called for a CPU tensor")
+
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    monkeypatch.setattr(torch.backends.mkldnn, "enabled", mkldnn)
+    a, b, scale_a, scale_b, bias, out_dtype = make_operands(48, 40, 96, dtype, "cpu", bias=True)
+    out = kernel_cpu.skinny_gemm(a, b, scale_a, scale_b, bias, out_dtype=out_dtype)
+    assert_gemm_close(out, a, b, scale_a, scale_b, bias, kernel_cpu.reference)

@@ -18,9 +18,11 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -207,6 +209,77 @@ def cpu_torch_cuda_objects():
         cpp_extension.CUDA_HOME, cpp_extension._prepare_ldflags, cpp_extension._import_module_from_library = saved
 
 
+def log(message: str) -> None:
+    print(f"build.py: {message}", flush=True)
+
+
+@contextlib.contextmanager
+def ninja_progress(verbose: bool):
+    """cpp_extension runs ninja silently unless verbose (then it shows every full compiler command). This shows
+    one line per compile step instead: "[2/5] compiling rmsnorm_fp8/rmsnorm_cpu.cpp". A failed build raises the
+    same RuntimeError, with ninja's whole output, as cpp_extension's own runner."""
+    run_ninja = cpp_extension._run_ninja_build
+    if verbose:
+        yield
+        return
+
+    def run(build_directory: str, verbose: bool, error_prefix: str) -> None:
+        command = ["ninja", "-v"]
+        workers = cpp_extension._get_num_workers(verbose)
+        if workers is not None:
+            command += ["-j", str(workers)]
+        sys.stdout.flush()
+        proc = subprocess.Popen(command, cwd=build_directory, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        output = []
+        for raw in proc.stdout:
+            output.append(raw)
+            step = re.match(rb"\[(\d+)/(\d+)\] (.*)", raw)
+            if step is None:
+                continue
+            source = re.search(rb" -c (\S+)", step.group(3))
+            what = "linking" if source is None else "compiling " + os.path.relpath(source.group(1).decode(), REPO)
+            log(f"[{step.group(1).decode()}/{step.group(2).decode()}] {what}")
+        if proc.wait() != 0:
+            message = error_prefix
+            if output:
+                message += ": " + b"".join(output).decode(errors="replace")
+            raise RuntimeError(message)
+
+    cpp_extension._run_ninja_build = run
+    try:
+        yield
+    finally:
+        cpp_extension._run_ninja_build = run_ninja
+
+
+def links_libstdcxx_dynamically(cxx: str) -> bool:
+    """Whether `cxx` links a shared library against libstdc++.so (as torch is) rather than a static copy."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, lib = Path(tmp) / "probe.cpp", Path(tmp) / "probe.so"
+        src.write_text('#include <string>\nstd::string probe(int n) { return std::to_string(n); }\n')
+        built = subprocess.run([cxx, "-shared", "-fPIC", "-o", str(lib), str(src)], capture_output=True)
+        if built.returncode != 0:
+            return False
+        dynamic = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
+        return "libstdc++.so" in dynamic
+
+
+def pick_cxx() -> None:
+    """Keeps $CXX (default c++) when it links libstdc++ dynamically; otherwise switches to the first of g++ /
+    clang++ that does (with the matching C compiler) and says so. See check_shares_libstdcxx for why."""
+    if shutil.which("readelf") is None or sys.platform != "linux":
+        return
+    current = cpp_extension.get_cxx_compiler()
+    if shutil.which(current) is None or links_libstdcxx_dynamically(current):
+        return
+    for cxx, cc in (("g++", "gcc"), ("clang++", "clang")):
+        path = shutil.which(cxx)
+        if path and Path(path).resolve() != Path(shutil.which(current)).resolve() and links_libstdcxx_dynamically(path):
+            os.environ["CXX"], os.environ["CC"] = path, shutil.which(cc) or cc
+            log(f"{current} links libstdc++ statically, which crashes next to torch's; using {path} instead")
+            return
+
+
 def write_if_changed(path: Path, text: str) -> None:
     """Keeps the mtime of an unchanged generated header, so ninja does not recompile its includers."""
     if not path.is_file() or path.read_text() != text:
@@ -242,7 +315,8 @@ def check_shares_libstdcxx(library: Path) -> None:
     """The extension must use torch's libstdc++ (a shared libstdc++.so.6), never a copy linked into it: with two
     libstdc++ in one process the locale facets disagree and formatting a number in an error message crashes.
     Seen on a CUDA image whose $CXX wrapper (/opt/gcc) linked libstdc++ statically: every TORCH_CHECK message
-    with a number segfaulted; the system g++ fixed it (CC=gcc CXX=g++)."""
+    with a number segfaulted; the system g++ fixed it (CC=gcc CXX=g++), which pick_cxx now chooses by itself.
+    This check remains for a machine where no candidate links dynamically."""
     if shutil.which("readelf") is None:
         return
     dynamic = subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True).stdout
@@ -300,7 +374,10 @@ def main() -> int:
 
     variant = f"{backend}-compile-only" if cross_compile else variant_name(backend)
     ext_dir = BUILD / "_ext" / variant
-    with cpu_torch_cuda_objects() if cross_compile else contextlib.nullcontext([]) as cuda_flags:
+    pick_cxx()  # the C++ compiler compiles the .cpp files and links the library, for every backend
+    log(f"building {variant} ({len(sources)} sources; ninja recompiles what changed)")
+    with cpu_torch_cuda_objects() if cross_compile else contextlib.nullcontext([]) as cuda_flags, \
+            ninja_progress(args.verbose):
         library = compile_extension(ops_id, sources, backend, components, ext_dir, args.verbose, cuda_flags)
     if args.compile_only:
         print(f"compiled {len(sources)} sources for {backend} ({', '.join(archs) or 'host'}) in {ext_dir}")

@@ -4,6 +4,14 @@
 #include "registration.h"
 #include "torch_binding.h"
 
+#if defined(CPU_KERNEL)
+#include "common/cpu_simd.h"
+
+// Which code path the CPU kernels take in this process: "avx2" or "default" (common/cpu_simd.h). It follows
+// ATen's CPU capability, which ATEN_CPU_CAPABILITY overrides; the tests use it to show the switch works.
+static std::string cpu_isa() { return fp8dk::cpu::path_name(); }
+#endif
+
 TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("rms_norm(Tensor! out, Tensor input, Tensor weight, float eps, Tensor? scale) -> ()");
   ops.def(
@@ -15,6 +23,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("quantize_fp8(Tensor! out, Tensor input, Tensor scale) -> ()");
 
 #if defined(CPU_KERNEL)
+  ops.def("cpu_isa() -> str");
+  ops.impl("cpu_isa", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &cpu_isa));
   ops.impl("rms_norm", torch::kCPU, &rms_norm);
   ops.impl("fused_add_rms_norm", torch::kCPU, &fused_add_rms_norm);
   ops.impl("silu_and_mul", torch::kCPU, &silu_and_mul);

@@ -164,11 +164,12 @@ def _gemm_out_dtype(a: torch.Tensor, scale_a: Optional[torch.Tensor], scale_b: O
 
 
 def _scaled_mm_supported(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether torch._scaled_mm takes these FP8 operands. The CPU implementation takes both flavours and any
-    shape; cuBLASLt/hipBLASLt want the device's native flavour, dimensions that are multiples of 16 and, on
-    NVIDIA, sm_89 or newer."""
+    """Whether torch._scaled_mm takes these FP8 operands. cuBLASLt/hipBLASLt want the device's native flavour,
+    dimensions that are multiples of 16 and, on NVIDIA, sm_89 or newer. Never on CPU: there torch picks oneDNN
+    on CPUs with AMX (which rejects float8_e4m3fnuz) and an fp32 dequantize-and-matmul elsewhere, so what it
+    accepts depends on the machine; the fallback below is that same emulation, on every CPU."""
     if a.device.type == "cpu":
-        return True
+        return False
     if a.device.type != "cuda" or a.dtype != native_fp8_dtype(a.device):
         return False
     if a.shape[1] % 16 != 0 or b.shape[0] % 16 != 0:
@@ -251,30 +252,39 @@ def quantize_fp8(
     return out
 
 
-# Shape/dtype propagation for torch.compile and meta tensors: the ops only write into `out`.
+# Shape/dtype propagation for torch.compile and meta tensors: the ops only write into `out`. The dispatcher sends
+# every call with a meta tensor among its arguments here, also a mix of meta and real tensors (which the
+# launchers would reject), so these apply the launchers' device rule: every tensor on the device of the first.
+def _check_devices(op: str, ref_name: str, ref: torch.Tensor, **tensors) -> None:
+    for name, t in tensors.items():
+        if t is not None and t.device != ref.device:
+            raise RuntimeError(f"{op}: {name} must be on the same device as {ref_name} ({ref.device}), "
+                               f"got {t.device}")
+
+
 @torch.library.register_fake(add_op_namespace_prefix("rms_norm"))
 def _rms_norm_fake(out, input, weight, eps, scale):
-    return None
+    _check_devices("rms_norm", "input", input, weight=weight, scale=scale, out=out)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("fused_add_rms_norm"))
 def _fused_add_rms_norm_fake(out, input, residual, weight, eps, scale):
-    return None
+    _check_devices("fused_add_rms_norm", "input", input, residual=residual, weight=weight, scale=scale, out=out)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("silu_and_mul"))
 def _silu_and_mul_fake(out, input, scale):
-    return None
+    _check_devices("silu_and_mul", "input", input, scale=scale, out=out)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("skinny_gemm"))
 def _skinny_gemm_fake(out, a, b, scale_a, scale_b, bias):
-    return None
+    _check_devices("skinny_gemm", "a", a, b=b, scale_a=scale_a, scale_b=scale_b, out=out, bias=bias)
 
 
 @torch.library.register_fake(add_op_namespace_prefix("quantize_fp8"))
 def _quantize_fp8_fake(out, input, scale):
-    return None
+    _check_devices("quantize_fp8", "input", input, scale=scale, out=out)
 
 
 # Last: the FP8 decoder path builds on the functions above (importing it earlier would be circular).

@@ -9,10 +9,25 @@ import torch.nn as nn
 
 from ._ops import ops
 
+_OP_DTYPES = (torch.float16, torch.bfloat16)
+
 
 class RMSNorm(nn.Module):
-    """transformers' "RMSNorm" (e.g. LlamaRMSNorm), same numerics: the fp32 normalization rounded to the input
-    dtype, then times ``weight``. Inference only: the op has no backward."""
+    """transformers' "RMSNorm" in LlamaRMSNorm's rounding order: the fp32 normalization ``x * rsqrt(mean(x^2) +
+    eps)`` rounded to the input dtype, then ``weight * normed`` (torch's type promotion when the dtypes differ).
+    Inference only: the op has no backward.
+
+    - fp16/bf16 activations with a weight of their dtype: the fused op.
+    - fp16/bf16 activations with a weight of another dtype (e.g. fp32 norm weights kept in a 16-bit model): the
+      op normalizes (with a weight of ones, which is exact) and ``weight * normed`` is multiplied as
+      transformers multiplies it, so the output dtype is the promoted one, as in LlamaRMSNorm.
+    - any other activation dtype (fp32: transformers' default dtype, the usual case on CPU): LlamaRMSNorm's
+      formula in PyTorch; the op takes 16-bit inputs only.
+
+    Models whose norm multiplies by the weight in fp32 and rounds once (OLMo 2/3, GPT-OSS, ...) get Llama's order
+    instead: in fp32 the two orders coincide; in fp16/bf16 they differ by 1 ulp of the output on about a quarter
+    of the elements (README, "Layers").
+    """
 
     weight: torch.Tensor
     variance_epsilon: float
@@ -21,6 +36,14 @@ class RMSNorm(nn.Module):
     has_backward = False
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        out = torch.empty(hidden_states.shape, dtype=hidden_states.dtype, device=hidden_states.device)
-        ops.rms_norm(out, hidden_states, self.weight, self.variance_epsilon, None)
-        return out
+        x, weight, eps = hidden_states, self.weight, self.variance_epsilon
+        if x.dtype in _OP_DTYPES:
+            out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            if weight.dtype == x.dtype:
+                ops.rms_norm(out, x, weight, eps, None)
+                return out
+            ops.rms_norm(out, x, torch.ones(x.shape[-1], dtype=x.dtype, device=x.device), eps, None)
+            return weight * out
+        xf = x.to(torch.float32)
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * normed.to(x.dtype)
