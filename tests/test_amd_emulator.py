@@ -1,0 +1,420 @@
+"""The ROCm device code, executed: every AMD kernel path run on the CPU wave emulator (tools/amd_emu, issue 19).
+
+No AMD GPU is available, so the gfx942 (MI300X) and gfx950 (MI355X) branches of the kernels are compiled as host
+C++ under the ROCm build's macros and run on a SIMT emulator whose AMD builtins follow AMD's and LLVM's documents
+(tools/amd_emu/README.md). Each launch goes through the launchers' plan for the emulated device, runs under
+AddressSanitizer (any out-of-bounds global or LDS access fails), and its output is compared with reference.py
+under the GPU tests' rules. The matrix instructions are first checked against AMD's Matrix Instruction Calculator
+tables (tools/amd_emu/calculator/); the mutation tests plant known faults and check that the suite catches them.
+"""
+
+import concurrent.futures
+import functools
+import importlib.util
+import itertools
+import os
+import re
+import subprocess
+import sys
+import zlib
+
+import pytest
+import torch
+
+from .helpers import (
+    DTYPES_16BIT,
+    FP8_DTYPES,
+    REPO_ROOT,
+    assert_bitwise_equal,
+    assert_matches_reference,
+    saturating_scale,
+)
+
+sys.path.insert(0, str(REPO_ROOT / "tools" / "amd_emu"))
+import build as emu_build  # noqa: E402
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+TARGETS = ("gfx942", "gfx950")
+NATIVE = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
+FLAVOUR = {torch.float8_e4m3fn: "fn", torch.float8_e4m3fnuz: "fnuz"}
+FMT16 = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+DT_IDS = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3fn",
+          torch.float8_e4m3fnuz: "e4m3fnuz", None: "16bit"}
+CALC = REPO_ROOT / "tools" / "amd_emu" / "calculator"
+
+
+def _load_reference():
+    spec = importlib.util.spec_from_file_location(
+        "fp8dk_reference", REPO_ROOT / "torch-ext" / "fp8_decode_kernels" / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reference = _load_reference()
+
+
+# ------------------------------------------------------------------------------------------ running the driver
+
+
+@functools.cache
+def _drivers():
+    """Both targets' drivers, built in parallel (about 20 s each on one core; cached under build/amd_emu)."""
+    try:
+        emu_build.clang()
+    except FileNotFoundError as e:
+        if IN_CI:
+            pytest.fail(f"CI=true and clang-19 is missing: {e}")
+        pytest.skip(str(e))
+    with concurrent.futures.ThreadPoolExecutor(len(TARGETS)) as pool:
+        return dict(zip(TARGETS, pool.map(emu_build.build, TARGETS)))
+
+
+def driver(target):
+    return _drivers()[target]
+
+
+def span_bytes(t: torch.Tensor) -> bytes:
+    """The bytes of a 1-D or 2-D view (unit last stride) from its first to its last element."""
+    if t.numel() == 0:
+        n = 0
+    elif t.dim() == 1:
+        n = t.numel()
+    else:
+        n = (t.shape[0] - 1) * t.stride(0) + t.shape[1]
+    return t.as_strided((n,), (1,)).contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def from_span(data: bytes, like: torch.Tensor) -> torch.Tensor:
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(like.dtype) if data else like.new_empty(0)
+    return flat.as_strided(like.shape, like.stride())
+
+
+_runs = itertools.count()
+
+
+def emulate(tmp_path, target, op, buffers, **params):
+    """Runs the driver's `op` on `target`. buffers: name -> tensor, or (tensor, leading elements that shift the
+    pointer off 64-byte alignment), or None. Returns (name -> tensor as the launch left it, stdout)."""
+    d = tmp_path / f"run{next(_runs)}"
+    d.mkdir()
+    args = [str(driver(target)), op, f"dir={d}"]
+    shapes = {}
+    for name, spec in buffers.items():
+        t, off = spec if isinstance(spec, tuple) else (spec, 0)
+        if t is None:
+            continue
+        (d / f"{name}.bin").write_bytes(span_bytes(t))
+        shapes[name] = t
+        if off:
+            args.append(f"{name}_off={off * t.element_size()}")
+    args += [f"{k}={v}" for k, v in params.items()]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise AssertionError(f"emulator run failed (exit {r.returncode}): {' '.join(args[1:])}\n"
+                             f"{r.stdout[-2000:]}\n{r.stderr[-6000:]}")
+    return {n: from_span((d / f"{n}.bin.out").read_bytes(), t) for n, t in shapes.items()}, r.stdout
+
+
+def plan_of(stdout: str) -> dict:
+    """key=value pairs of the driver's 'plan' lines."""
+    out = {}
+    for line in stdout.splitlines():
+        if line.startswith("plan "):
+            out.update(kv.split("=", 1) for kv in line.split()[1:])
+    return out
+
+
+def launches(stdout: str) -> list:
+    return [line for line in stdout.splitlines() if line.startswith("launch ")]
+
+
+def padded(t: torch.Tensor, pad: int, fill=float("nan")) -> torch.Tensor:
+    """A view of `t` in a buffer with `pad` extra elements per row (row stride > row length)."""
+    if pad == 0:
+        return t.contiguous()
+    buf = torch.full((t.shape[0], t.shape[1] + pad), fill, dtype=t.dtype)
+    buf[:, : t.shape[1]].copy_(t)
+    return buf[:, : t.shape[1]]
+
+
+def assert_exact(out: torch.Tensor, ref: torch.Tensor) -> None:
+    """tests/test_quant_fp8.py's rule: the reference's bytes, signed zeros included; NaN by position."""
+    assert_matches_reference(out, ref, max_ulps=0, max_fraction=0.0)
+    finite = ~torch.isnan(ref.float())
+    assert_bitwise_equal(out[finite], ref[finite], "quantized bytes (the sign of a zero)")
+
+
+def special_16bit(shape, dtype, scale=3.0):
+    """Random values with the special ones mixed in: +-inf, NaN, +-0, tiny values of both signs (they quantize
+    to zero: the -0 question of issue 19), huge ones."""
+    x = scale * torch.randn(shape)
+    flat = x.view(-1)
+    specials = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, -1e-6, 1e-6, -3e-5, 6e4, -6e4])
+    idx = torch.randperm(flat.numel())[: min(flat.numel() // 8, 4 * len(specials))]
+    flat[idx] = specials.repeat(len(idx) // len(specials) + 1)[: len(idx)]
+    return x.to(dtype)
+
+
+# ------------------------------------------------------------------------------------------ matrix instructions
+
+
+def _calculator_table(instr: str, matrix: str) -> dict:
+    """(row, col) -> (register, lane, low bit, high bit) from the calculator's --register-layout CSV."""
+    lines = (CALC / f"{instr}.{matrix}.csv").read_text().splitlines()
+    assert lines[0] == "Architecture: CDNA3" and lines[1].lower() == f"instruction: {instr}"
+    start = next(i for i, line in enumerate(lines) if re.match(r"[A-DK]\[", line))
+    cols = [int(c) for c in lines[start].split(",")[1:]]
+    table = {}
+    for line in lines[start + 1:]:
+        cells = line.split(",")
+        row = int(cells[0])
+        for col, cell in zip(cols, cells[1:]):
+            m = re.fullmatch(r"v(\d+)\{(\d+)\}(?:\.\[(\d+):(\d+)\])?", cell.strip())
+            assert m, f"unparsed calculator cell {cell!r}"
+            reg, lane = int(m[1]), int(m[2])
+            hi, lo = (int(m[3]), int(m[4])) if m[3] else (31, 0)  # a whole 32-bit register
+            table[(row, col)] = (reg, lane, lo, hi)
+    return table
+
+
+MFMA = {  # instruction -> (element format, K, sparse)
+    "v_mfma_f32_16x16x16_f16": ("f16", 16, False),
+    "v_mfma_f32_16x16x16_bf16": ("bf16", 16, False),
+    "v_mfma_f32_16x16x32_fp8_fp8": ("fp8", 32, False),
+    "v_smfmac_f32_16x16x64_fp8_fp8": ("fp8", 64, True),
+}
+
+
+def test_calculator_data_is_versioned():
+    readme = (CALC / "README.md").read_text()
+    assert "AMD Matrix Instruction Calculator Version 1.3.2" in readme
+    for instr, (_, _, sparse) in MFMA.items():
+        for m in ("A", "B", "D") + (("K",) if sparse else ()):
+            assert (CALC / f"{instr}.{m}.csv").exists()
+
+
+def _operand_values(fmt, shape, target, gen):
+    """Random operand values exactly representable in `fmt`, as (float64 values, bit patterns)."""
+    if fmt == "fp8":
+        dtype = NATIVE[target]
+        x = (torch.randn(shape, generator=gen) * 8).to(dtype)
+        x = torch.where(torch.isnan(x.float()), torch.zeros_like(x.float()).to(dtype), x)
+        return x.double(), x.view(torch.uint8).to(torch.int64), 8
+    dtype = torch.float16 if fmt == "f16" else torch.bfloat16
+    x = torch.randn(shape, generator=gen).to(dtype)
+    return x.double(), x.view(torch.int16).to(torch.int64) & 0xFFFF, 16
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("instr", list(MFMA))
+def test_matrix_instruction_layouts(tmp_path, target, instr):
+    """D = C + A B with every operand placed in lanes/registers by AMD's calculator tables (CDNA3; gfx950 keeps
+    the layouts, CDNA4 ISA), not by the kernels' own indexing."""
+    fmt, kdim, sparse = MFMA[instr]
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{target} {instr}".encode()))
+    a_val, a_bits, width = _operand_values(fmt, (16, kdim), target, gen)
+    b_val, b_bits, _ = _operand_values(fmt, (kdim, 16), target, gen)
+    c = torch.randn(16, 16, generator=gen).float()
+    regs = bytearray(64 * 52)
+
+    def put(lane, base, reg, lo, hi, value):
+        word = int.from_bytes(regs[52 * lane + base + 4 * reg: 52 * lane + base + 4 * reg + 4], "little")
+        word |= (int(value) & ((1 << (hi - lo + 1)) - 1)) << lo
+        regs[52 * lane + base + 4 * reg: 52 * lane + base + 4 * reg + 4] = word.to_bytes(4, "little")
+
+    ta, tb = _calculator_table(instr, "A"), _calculator_table(instr, "B")
+    if sparse:
+        tk = _calculator_table(instr, "K")
+        for i in range(16):
+            for g in range(kdim // 4):
+                keep = sorted(torch.randperm(4, generator=gen)[:2].tolist())
+                for p in range(4):
+                    if p not in keep:
+                        a_val[i, 4 * g + p] = 0.0
+                reg, lane, lo, hi = ta[(i, 4 * g)]
+                assert hi - lo == 15
+                put(lane, 0, reg, lo, lo + 7, a_bits[i, 4 * g + keep[0]])
+                put(lane, 0, reg, lo + 8, hi, a_bits[i, 4 * g + keep[1]])
+                reg, lane, lo, hi = tk[(i, 4 * g)]
+                put(lane, 48, reg, lo, hi, keep[0] | (keep[1] << 2))
+    else:
+        for (i, k), (reg, lane, lo, hi) in ta.items():
+            assert hi - lo + 1 == width
+            put(lane, 0, reg, lo, hi, a_bits[i, k])
+    for (k, j), (reg, lane, lo, hi) in tb.items():
+        assert hi - lo + 1 == width
+        put(lane, 16, reg, lo, hi, b_bits[k, j])
+    td = _calculator_table(instr, "D")
+    for (i, j), (reg, lane, lo, hi) in td.items():
+        put(lane, 32, reg, 0, 31, int(c[i, j].view(torch.int32)) & 0xFFFFFFFF)
+    regs_t = torch.frombuffer(regs, dtype=torch.uint8)
+    d0 = torch.zeros(64 * 4, dtype=torch.float32)
+    outs, _ = emulate(tmp_path, target, "mfma", {"regs": regs_t, "d": d0}, instr=instr)
+    d = outs["d"].view(64, 4)
+    want = (c.double() + a_val @ b_val).float()
+    got = torch.empty(16, 16)
+    for (i, j), (reg, lane, _, _) in td.items():
+        got[i, j] = d[lane, reg]
+    assert torch.equal(got, want), f"{instr}: {int((got != want).sum())} of 256 results differ"
+
+
+def _fp8_grid(dtype):
+    """Every finite FP8 value, the midpoints between neighbours (rounding ties) and values just off them."""
+    vals = torch.arange(256, dtype=torch.uint8).view(dtype).float()
+    vals = vals[~torch.isnan(vals)].unique()
+    mids = (vals[1:] + vals[:-1]) / 2
+    off = torch.cat([mids * (1 + 2**-20), mids * (1 - 2**-20)])
+    return torch.cat([vals, mids, off, -vals, -mids, -off])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("negative_zero_nan", (0, 1))
+def test_cvt_pk_fp8(tmp_path, target, negative_zero_nan):
+    """v_cvt_pk_fp8_f32 in the kernels' quantize4 pattern against torch's conversion: round to nearest even over
+    the whole in-range grid (ties included); the one undocumented corner (a negative value rounding to zero in
+    e4m3fnuz) follows the emulated hardware answer."""
+    dtype = NATIVE[target]
+    x = _fp8_grid(dtype)
+    x = torch.cat([x, torch.tensor([0.0, -0.0, float("nan"), 1e-30, -1e-30])])
+    x = torch.cat([x, torch.zeros((-len(x)) % 4)])
+    outs, _ = emulate(tmp_path, target, "cvt", {"x": x, "y": torch.zeros(len(x), dtype=torch.uint8)},
+                      count=len(x), fnuz_negative_zero_nan=negative_zero_nan)
+    got = outs["y"]
+    want = x.to(dtype).view(torch.uint8).clone()
+    if dtype == torch.float8_e4m3fnuz and negative_zero_nan:
+        want[(x.to(dtype).float() == 0) & (torch.signbit(x))] = 0x80
+    assert torch.equal(got, want), f"{int((got != want).sum())} conversions differ, e.g. x = " \
+        f"{x[(got != want).nonzero()[0]].item()}: got {got[got != want][0]:#x}, want {want[got != want][0]:#x}"
+
+
+# ------------------------------------------------------------------------------------------ quantize_fp8
+
+QUANT_CASES = {  # store width -> (rows, d, in row stride pad, out row stride pad, in offset, out offset)
+    16: (3, 37, 11, 11, 0, 0),
+    8: (3, 37, 11, 3, 0, 0),
+    4: (2, 21, 3, 3, 0, 4),
+    2: (2, 21, 3, 3, 0, 2),
+    1: (2, 21, 3, 3, 1, 0),
+}
+
+
+def run_quant(tmp_path, target, in_dtype, out_dtype, width=16, x=None, scale=None, **opts):
+    rows, d, pin, pout, oin, oout = QUANT_CASES[width]
+    if x is None:
+        x = special_16bit((rows, d), in_dtype)
+    x = padded(x, pin)
+    if scale is None:
+        scale = saturating_scale(x.float().nan_to_num(0, 0, 0), out_dtype)
+    out = padded(torch.full((rows, d), float("nan")).to(out_dtype), pout)
+    outs, stdout = emulate(tmp_path, target, "quant", {"x": (x, oin), "out": (out, oout), "scale": scale},
+                           **{"in": FMT16[in_dtype], "out": FLAVOUR[out_dtype], "d": d, "rows": rows,
+                              "in_stride": x.stride(0), "out_stride": out.stride(0), **opts})
+    assert plan_of(stdout)["store_width"] == str(width)
+    return outs["out"], reference.quantize_fp8(x, scale, out_dtype), outs
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("in_dtype", DTYPES_16BIT, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("out_dtype", FP8_DTYPES, ids=["e4m3fn", "e4m3fnuz"])
+@pytest.mark.parametrize("width", list(QUANT_CASES))
+def test_quantize_fp8(tmp_path, target, in_dtype, out_dtype, width):
+    """Every instantiation the launcher dispatches to (store width x format x flavour), on both targets: the
+    reference's bytes (the native flavour through v_cvt_pk_fp8_f32, the other through the software path)."""
+    out, ref, _ = run_quant(tmp_path, target, in_dtype, out_dtype, width)
+    assert_exact(out, ref)
+
+
+@pytest.mark.parametrize("sfu_ulp", (-1, 1))
+@pytest.mark.parametrize("scale", (3e-3, 1 / 448, 1e-30, 3e25, 0.0, float("inf"), float("nan"), 1e-40),
+                         ids=str)
+def test_quantize_fp8_exact_for_any_hardware_reciprocal(tmp_path, sfu_ulp, scale):
+    """The correctly rounded quotient whatever v_rcp_f32 returns within its documented 1 ulp, for ordinary,
+    tiny, huge, zero, infinite, NaN and subnormal scales."""
+    out, ref, _ = run_quant(tmp_path, "gfx942", torch.bfloat16, torch.float8_e4m3fnuz,
+                            scale=torch.tensor([scale]), sfu_ulp=sfu_ulp)
+    assert_exact(out, ref)
+
+
+# ------------------------------------------------------------------------------------------ silu_and_mul
+
+SWIGLU_CASES = {8: (48, 256, 0, 0), 1: (33, 101, 0, 0), 2: (7, 130, 6, 2)}  # width -> rows, d, pads
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("in_dtype", DTYPES_16BIT, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("out_dtype", (None, *FP8_DTYPES), ids=["16bit", "e4m3fn", "e4m3fnuz"])
+@pytest.mark.parametrize("width", list(SWIGLU_CASES))
+def test_silu_and_mul(tmp_path, target, in_dtype, out_dtype, width):
+    rows, d, pin, pout = SWIGLU_CASES[width]
+    x = padded(special_16bit((rows, 2 * d), in_dtype), pin)
+    y = reference.silu_and_mul_ref(x)
+    scale = saturating_scale(y.float().nan_to_num(0, 0, 0), out_dtype) if out_dtype else None
+    ref = reference.silu_and_mul_ref(x, scale, out_dtype)
+    out = padded(torch.full((rows, d), float("nan")).to(ref.dtype), pout)
+    outs, stdout = emulate(tmp_path, target, "swiglu", {"x": x, "out": out, "scale": scale},
+                           **{"in": FMT16[in_dtype], "out": FLAVOUR.get(out_dtype, "same"), "d": d, "rows": rows,
+                              "in_stride": x.stride(0), "out_stride": out.stride(0)})
+    assert plan_of(stdout)["vector_width"] == str(width)
+    assert_matches_reference(outs["out"], ref)
+
+
+# ------------------------------------------------------------------------------------------ rms_norm
+
+RMS_CASES = {  # name -> rows, hidden, input offset (elements), input row pad; the plan's kernel (rmsnorm.cu)
+    "aligned-rows-per-block": (37, 64, 0, 0, "0"),
+    "aligned-block-per-row": (3, 4096, 0, 8, "0"),
+    "general": (5, 1001, 3, 5, "1"),
+    "long-row": (2, 40003, 1, 0, "2"),
+}
+
+
+def run_rmsnorm(tmp_path, target, case, in_dtype, out_dtype, residual, x=None, **opts):
+    rows, hidden, off, pad, kernel = RMS_CASES[case]
+    if x is None:
+        x = special_16bit((rows, hidden), in_dtype, scale=1.0)
+    x = padded(x, pad)
+    res = torch.randn(rows, hidden).to(in_dtype) if residual else None
+    weight = (1 + 0.1 * torch.randn(hidden)).to(in_dtype)
+    if residual:
+        y16, res_ref = reference.fused_add_rms_norm_ref(x, res, weight, 1e-6)
+    else:
+        y16, res_ref = reference.rms_norm_ref(x, weight, 1e-6), None
+    scale = saturating_scale(y16.float().nan_to_num(0, 0, 0), out_dtype) if out_dtype else None
+    ref = reference.rms_norm_ref(res_ref if residual else x, weight, 1e-6, scale, out_dtype)
+    out = torch.full((rows, hidden), float("nan")).to(ref.dtype)
+    outs, stdout = emulate(
+        tmp_path, target, "rmsnorm",
+        {"x": (x, off), "residual": (res, off), "weight": (weight, off), "out": (out, off), "scale": scale},
+        **{"in": FMT16[in_dtype], "out": FLAVOUR.get(out_dtype, "same"), "rows": rows, "hidden": hidden,
+           "in_stride": x.stride(0), "out_stride": out.stride(0), "eps": 1e-6, "residual": int(residual)}, **opts)
+    assert plan_of(stdout)["kernel"] == kernel
+    return outs, ref, res_ref
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("in_dtype", DTYPES_16BIT, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("out_dtype", (None, *FP8_DTYPES), ids=["16bit", "e4m3fn", "e4m3fnuz"])
+@pytest.mark.parametrize("residual", (False, True), ids=["rms_norm", "fused_add"])
+@pytest.mark.parametrize("case", ["aligned-rows-per-block", "general"])
+def test_rms_norm(tmp_path, target, in_dtype, out_dtype, residual, case):
+    """Every instantiation of the register kernel (aligned / general x format x out x residual) on both
+    targets: rows per block (group_sum: shuffles within a wave) and the general path (head/tail slots)."""
+    outs, ref, res_ref = run_rmsnorm(tmp_path, target, case, in_dtype, out_dtype, residual)
+    assert_matches_reference(outs["out"], ref)
+    if residual:
+        assert_exact(outs["residual"], res_ref)  # bit for bit; a NaN by position (its payload may differ)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("in_dtype,out_dtype,residual", [
+    (torch.bfloat16, None, True), (torch.float16, torch.float8_e4m3fn, False), (torch.bfloat16,
+                                                                             torch.float8_e4m3fnuz, True)])
+@pytest.mark.parametrize("case", ["aligned-block-per-row", "long-row"])
+def test_rms_norm_long_rows(tmp_path, target, in_dtype, out_dtype, residual, case):
+    """A block per row (block_sum over 8-16 waves through LDS) and the long-row kernel (dynamic LDS staging of
+    what fits in 64 KB, the rest re-read)."""
+    outs, ref, res_ref = run_rmsnorm(tmp_path, target, case, in_dtype, out_dtype, residual)
+    assert_matches_reference(outs["out"], ref)
+    if residual:
+        assert_exact(outs["residual"], res_ref)  # bit for bit; a NaN by position (its payload may differ)
