@@ -418,3 +418,151 @@ def test_rms_norm_long_rows(tmp_path, target, in_dtype, out_dtype, residual, cas
     assert_matches_reference(outs["out"], ref)
     if residual:
         assert_exact(outs["residual"], res_ref)  # bit for bit; a NaN by position (its payload may differ)
+
+
+# ------------------------------------------------------------------------------------------ skinny_gemm
+
+from .test_skinny_gemm import assert_gemm_close  # noqa: E402  (the GPU tests' tolerance)
+
+GEMM_FORMATS = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float16, torch.bfloat16)
+AB_NAME = {torch.float8_e4m3fn: "fn", torch.float8_e4m3fnuz: "fnuz", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def gemm_operands(ab, m, n, k, out_dtype=None, bias=False, pad_a=0, pad_b=0, a_scale=16.0):
+    """tests/test_skinny_gemm_gpu.py's operands: FP8 values over the whole e4m3 range (subnormals included)."""
+    a, b = torch.randn(m, k), torch.randn(n, k)
+    sa = sb = None
+    if ab in FP8_DTYPES:
+        a, b = (a_scale * a).to(ab), (16 * b).to(ab)
+        sa, sb = torch.rand(1) * 0.01 + 0.005, torch.rand(1) * 0.01 + 0.005
+        out_dtype = out_dtype or torch.float16
+    else:
+        a, b = a.to(ab), b.to(ab)
+        out_dtype = ab
+    bias_t = torch.randn(n).to(out_dtype) if bias else None
+    return padded(a, pad_a), padded(b, pad_b), sa, sb, bias_t, out_dtype
+
+
+def run_gemm(tmp_path, target, ops, a_off=0, b_off=0, **opts):
+    a, b, sa, sb, bias_t, out_dtype = ops
+    m, n, k = a.shape[0], b.shape[0], a.shape[1]
+    out = torch.full((m, n), float("nan")).to(out_dtype)
+    outs, stdout = emulate(
+        tmp_path, target, "gemm",
+        {"a": (a, a_off), "b": (b, b_off), "out": out, "bias": bias_t, "scale_a": sa, "scale_b": sb},
+        ab=AB_NAME[a.dtype], out=FMT16[out_dtype], m=m, n=n, k=k, a_stride=a.stride(0), b_stride=b.stride(0),
+        out_stride=n, **opts)
+    return outs["out"], stdout
+
+
+def check_gemm(tmp_path, target, ops, **kw):
+    out, stdout = run_gemm(tmp_path, target, ops, **kw)
+    a, b, sa, sb, bias_t, _ = ops
+    assert_gemm_close(out, a, b, sa, sb, bias_t, reference)
+    return out, plan_of(stdout), stdout
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("m", range(1, 33))
+def test_skinny_gemm_every_m(tmp_path, target, m):
+    """The chip's own FP8 flavour, every M: SMFMAC 16x16x64 (M <= 8, tokens in the 2:4-sparse operand) and MFMA
+    16x16x32 (M > 8, 1-2 tiles of 16 tokens, 1-2 row blocks); odd N and K (a masked tail sub-iteration), bias
+    on odd M, padded weight rows on even M."""
+    ops = gemm_operands(NATIVE[target], m, 67, 333, out_dtype=(torch.float16, torch.bfloat16)[m % 2],
+                        bias=m % 2 == 1, pad_b=16 * (m % 2 == 0))
+    _, plan, _ = check_gemm(tmp_path, target, ops)
+    assert plan["mp"] == str((m + 7) // 8 * 8)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("ab", GEMM_FORMATS, ids=["e4m3fn", "e4m3fnuz", "fp16", "bf16"])
+@pytest.mark.parametrize("m", (1, 8, 9, 17, 32))
+def test_skinny_gemm_formats(tmp_path, target, ab, m):
+    """Every operand format on both targets at each token padding: 16-bit MFMA (fp16 / bf16, and the FP8
+    flavour the chip does not multiply, unpacked to f16), with bias and padded activation rows."""
+    if ab == NATIVE[target] and m != 1:
+        pytest.skip("covered by test_skinny_gemm_every_m")
+    ops = gemm_operands(ab, m, 45, 201, bias=True, pad_a=8)
+    check_gemm(tmp_path, target, ops)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("ab", (NATIVE["gfx942"], torch.bfloat16), ids=["e4m3fnuz", "bf16"])
+@pytest.mark.parametrize("access", (16, 8, "element"))
+def test_skinny_gemm_weight_access_widths(tmp_path, target, ab, access):
+    """Weights read with 128-bit, 64-bit and element-wise loads (from the row alignment), and an activation
+    pointer off 16 bytes (the launcher's realigned copy)."""
+    eb = 1 if ab in FP8_DTYPES else 2
+    k = 320 // eb
+    pad_b = {16: 0, 8: 8 // eb, "element": 0}[access]
+    ops = gemm_operands(ab, 5, 33, k, pad_b=pad_b)
+    _, plan, stdout = check_gemm(tmp_path, target, ops, b_off=1 if access == "element" else 0, a_off=1)
+    assert plan["b_access"] == str(access if access != "element" else eb)
+    assert plan["a_copied"] == "1"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("m,split", [(4, 5), (20, 3), (32, 2)])
+def test_skinny_gemm_split_k(tmp_path, target, m, split):
+    """Split-K through the workspace: partial tiles added in slice order by the last workgroup to arrive, the
+    arrival counters left zero; bitwise the same result whatever order the workgroups run in."""
+    ops = gemm_operands(NATIVE[target], m, 40, 4133, bias=True)
+    out, plan, _ = check_gemm(tmp_path, target, ops, split_k=split)
+    assert plan["split_k"] == str(split) and plan["contributions"] == str(split)
+    for order in (1, 2):
+        again, _ = run_gemm(tmp_path, target, ops, split_k=split, block_order=order, seed=order, reverse_lanes=1)
+        assert_bitwise_equal(again, out, f"block order {order}")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("m", (3, 24))
+def test_skinny_gemm_stream_k(tmp_path, target, m):
+    """Stream-K: equal runs of tiles x sub-iterations per workgroup, partial tiles met in K order."""
+    ops = gemm_operands(NATIVE[target], m, 80, 2100)
+    out, plan, _ = check_gemm(tmp_path, target, ops, stream_k=1, occupancy=1, device="mi300x")
+    assert plan["stream_k"] == "1" and int(plan["contributions"]) > 1
+    again, _ = run_gemm(tmp_path, target, ops, stream_k=1, occupancy=1, device="mi300x", block_order=2, seed=7)
+    assert_bitwise_equal(again, out, "stream-K in shuffled workgroup order")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_skinny_gemm_zero_k(tmp_path, target):
+    """K = 0: every output is the bias (the empty dot product is +0)."""
+    ops = gemm_operands(torch.float16, 3, 20, 0, bias=True)
+    out, _ = run_gemm(tmp_path, target, ops)
+    assert_bitwise_equal(out, ops[4].expand(3, 20), "bias")
+
+
+# ------------------------------------------------------------------------------------------ open hardware questions
+
+
+@pytest.mark.parametrize("negative_zero_nan", (0, 1))
+@pytest.mark.parametrize("op", ("quant", "swiglu", "rmsnorm"))
+def test_fnuz_negative_zero_either_answer(tmp_path, op, negative_zero_nan):
+    """Issue 19, question 1: whether gfx942's v_cvt_pk_fp8_f32 writes 0x00 or 0x80 (NaN in e4m3fnuz) for -0.0
+    and negative values that round to zero is undocumented. The kernels turn such values into +0 first, so the
+    bytes are the reference's (0x00) under both answers. Inputs full of tiny negatives and -0."""
+    dt, fnuz = torch.bfloat16, torch.float8_e4m3fnuz
+    opt = {"fnuz_negative_zero_nan": negative_zero_nan}
+    tiny = -torch.rand(4, 64) * 1e-3 * (torch.rand(4, 64) < 0.5) + torch.randn(4, 64) * (torch.rand(4, 64) < 0.1)
+    if op == "quant":
+        x = tiny.to(dt)
+        x[0, :8] = -0.0
+        out, ref, _ = run_quant(tmp_path, "gfx942", dt, fnuz, x=x[:3, :37], scale=torch.tensor([0.05]), **opt)
+        assert_exact(out, ref)
+    elif op == "swiglu":
+        x = torch.cat([-torch.full((4, 32), 100.0), tiny[:, :32]], dim=1).to(dt)  # silu(-100) * up: -0 / tiny
+        x[:, 32:40] = -0.0
+        scale = torch.tensor([0.05])
+        ref = reference.silu_and_mul_ref(x, scale, fnuz)
+        out = torch.full((4, 32), float("nan")).to(fnuz)
+        outs, _ = emulate(tmp_path, "gfx942", "swiglu", {"x": x, "out": out, "scale": scale},
+                          **{"in": "bf16", "out": "fnuz", "d": 32, "rows": 4, "in_stride": 64, "out_stride": 32},
+                          **opt)
+        assert_exact(outs["out"], ref)
+    else:
+        x = tiny.to(dt)
+        x[:, 0] = 50.0  # one large value per row: the others normalize to tiny values of both signs
+        outs, ref, _ = run_rmsnorm(tmp_path, "gfx942", "aligned-rows-per-block", dt, fnuz, False,
+                                   x=torch.cat([x] * 10)[:37], **opt)
+        assert_exact(outs["out"], ref)
