@@ -654,3 +654,54 @@ def test_elementwise_and_rms_norm_plans(tmp_path, device):
         assert grid[0] * (int(plan["rows_per_block"]) or 1) >= rows  # the long-row kernel: a row per block
         if name == "rms_norm_long_row_kernel":
             assert lds == 16 * int(plan["staged_slots"]) and lds + 64 <= DEVICES[device][1]
+
+
+# ------------------------------------------------------------------------------------------ mutation checks
+
+MUTATIONS = {  # fault switch of the driver -> what it plants, and a check of the suite that must catch it
+    1: "SMFMAC: one lane's 2:4 index pattern selects the other pair of its group",
+    2: "v_cvt_pk_fp8_f32 path saturates one FP8 step below the maximum",
+    3: "MFMA 16x16x32 fp8: one lane's B fragment comes from its neighbour",
+    4: "ds_bpermute (__shfl_xor): one lane reads its source's neighbour",
+    5: "s_barrier (__syncthreads) does not wait",
+}
+
+
+def _mutated_check(tmp_path, fault):
+    opt = {"fault": fault}
+    if fault in (1, 3):  # SMFMAC route (M <= 8) / MFMA route (M > 8), gfx942's own FP8
+        check_gemm(tmp_path, "gfx942", gemm_operands(torch.float8_e4m3fnuz, 4 if fault == 1 else 16, 67, 333), **opt)
+    elif fault == 2:
+        out, ref, _ = run_quant(tmp_path, "gfx942", torch.bfloat16, torch.float8_e4m3fnuz, **opt)
+        assert_exact(out, ref)
+    else:  # rows reduced by wave shuffles (4) / a block reduction through LDS between barriers (5)
+        case = "aligned-rows-per-block" if fault == 4 else "aligned-block-per-row"
+        outs, ref, _ = run_rmsnorm(tmp_path, "gfx942", case, torch.bfloat16, None, False, **opt)
+        assert_matches_reference(outs["out"], ref)
+
+
+@pytest.mark.parametrize("fault", list(MUTATIONS), ids=lambda f: MUTATIONS[f].split(":")[0].split()[0] + str(f))
+def test_mutation_is_caught(tmp_path, fault):
+    """A check that cannot fail is not a check: each planted fault makes the corresponding test fail."""
+    _mutated_check(tmp_path, 0)  # the check passes without the fault
+    with pytest.raises(AssertionError):
+        _mutated_check(tmp_path, fault)
+
+
+@pytest.mark.parametrize("instr,fault", [("v_smfmac_f32_16x16x64_fp8_fp8", 1), ("v_mfma_f32_16x16x32_fp8_fp8", 3)])
+def test_mutation_is_caught_by_layout_test(tmp_path, instr, fault, monkeypatch):
+    """The calculator-table test catches a wrong lane in the matrix instructions themselves."""
+    real = emulate
+    monkeypatch.setattr(sys.modules[__name__], "emulate", lambda *a, **kw: real(*a, **kw, fault=fault))
+    with pytest.raises(AssertionError):
+        test_matrix_instruction_layouts(tmp_path, "gfx942", instr)
+
+
+def test_memcheck_is_caught(tmp_path):
+    """An output buffer one byte short: the kernel's last store lands outside it and AddressSanitizer stops
+    the run."""
+    x = torch.randn(3, 32).to(torch.bfloat16)
+    out = torch.zeros(3 * 32 - 1, dtype=torch.uint8).view(torch.float8_e4m3fnuz)
+    with pytest.raises(AssertionError, match="AddressSanitizer"):
+        emulate(tmp_path, "gfx942", "quant", {"x": x, "out": out, "scale": torch.tensor([0.1])},
+                **{"in": "bf16", "out": "fnuz", "d": 32, "rows": 3, "in_stride": 32, "out_stride": 32})
