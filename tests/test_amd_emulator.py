@@ -338,7 +338,7 @@ def test_quantize_fp8_exact_for_any_hardware_reciprocal(tmp_path, sfu_ulp, scale
 
 # ------------------------------------------------------------------------------------------ silu_and_mul
 
-SWIGLU_CASES = {8: (48, 256, 0, 0), 1: (33, 101, 0, 0), 2: (7, 130, 6, 2)}  # width -> rows, d, pads
+SWIGLU_CASES = {8: (48, 256, 0, 0), 4: (40, 100, 0, 0), 2: (7, 130, 6, 2), 1: (33, 101, 0, 0)}  # width -> rows, d, pads
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -365,6 +365,7 @@ RMS_CASES = {  # name -> rows, hidden, input offset (elements), input row pad; t
     "aligned-rows-per-block": (37, 64, 0, 0, "0"),
     "aligned-block-per-row": (3, 4096, 0, 8, "0"),
     "general": (5, 1001, 3, 5, "1"),
+    "long-row-staged": (2, 16411, 1, 0, "2"),
     "long-row": (2, 40003, 1, 0, "2"),
 }
 
@@ -389,6 +390,7 @@ def run_rmsnorm(tmp_path, target, case, in_dtype, out_dtype, residual, x=None, *
         **{"in": FMT16[in_dtype], "out": FLAVOUR.get(out_dtype, "same"), "rows": rows, "hidden": hidden,
            "in_stride": x.stride(0), "out_stride": out.stride(0), "eps": 1e-6, "residual": int(residual)}, **opts)
     assert plan_of(stdout)["kernel"] == kernel
+    outs["_stdout"] = stdout
     return outs, ref, res_ref
 
 
@@ -407,17 +409,32 @@ def test_rms_norm(tmp_path, target, in_dtype, out_dtype, residual, case):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("in_dtype", DTYPES_16BIT, ids=["fp16", "bf16"])
+@pytest.mark.parametrize("out_dtype", (None, *FP8_DTYPES), ids=["16bit", "e4m3fn", "e4m3fnuz"])
+@pytest.mark.parametrize("residual", (False, True), ids=["rms_norm", "fused_add"])
+def test_rms_norm_long_row_kernel(tmp_path, target, in_dtype, out_dtype, residual):
+    """Every instantiation of the long-row kernel (rows beyond a block's registers: one block of 16 waves per
+    row, the row staged in dynamic LDS, block_sum through LDS)."""
+    outs, ref, res_ref = run_rmsnorm(tmp_path, target, "long-row-staged", in_dtype, out_dtype, residual)
+    assert_matches_reference(outs["out"], ref)
+    if residual:
+        assert_exact(outs["residual"], res_ref)
+
+
+@pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("in_dtype,out_dtype,residual", [
     (torch.bfloat16, None, True), (torch.float16, torch.float8_e4m3fn, False), (torch.bfloat16,
                                                                              torch.float8_e4m3fnuz, True)])
 @pytest.mark.parametrize("case", ["aligned-block-per-row", "long-row"])
 def test_rms_norm_long_rows(tmp_path, target, in_dtype, out_dtype, residual, case):
-    """A block per row (block_sum over 8-16 waves through LDS) and the long-row kernel (dynamic LDS staging of
-    what fits in 64 KB, the rest re-read)."""
+    """A block per row (block_sum over 8-16 waves through LDS) and a row longer than MI300X's 64 KB of LDS (the
+    long-row kernel re-reads what it could not stage; MI355X's 160 KB hold it)."""
     outs, ref, res_ref = run_rmsnorm(tmp_path, target, case, in_dtype, out_dtype, residual)
     assert_matches_reference(outs["out"], ref)
     if residual:
-        assert_exact(outs["residual"], res_ref)  # bit for bit; a NaN by position (its payload may differ)
+        assert_exact(outs["residual"], res_ref)
+    if case == "long-row" and target == "gfx942":  # MI300X's 64 KB stage 4092 of the row's 5002 slots
+        assert int(plan_of(outs["_stdout"])["staged_slots"]) < -(-(40003 + 7) // 8)
 
 
 # ------------------------------------------------------------------------------------------ skinny_gemm
@@ -462,28 +479,48 @@ def check_gemm(tmp_path, target, ops, **kw):
     return out, plan_of(stdout), stdout
 
 
+def lb_pad(ab, k, access):
+    """Row padding (elements) that makes b's rows allow `access`-byte loads (16, 8, or "element")."""
+    eb = 1 if ab in FP8_DTYPES else 2
+    per16 = 16 // eb
+    if access == 16:
+        return (-k) % per16
+    if access == 8:
+        return ((-k) % per16 + 8 // eb) % per16
+    return 0 if (k * eb) % 8 else 1
+
+
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("m", range(1, 33))
 def test_skinny_gemm_every_m(tmp_path, target, m):
     """The chip's own FP8 flavour, every M: SMFMAC 16x16x64 (M <= 8, tokens in the 2:4-sparse operand) and MFMA
     16x16x32 (M > 8, 1-2 tiles of 16 tokens, 1-2 row blocks); odd N and K (a masked tail sub-iteration), bias
-    on odd M, padded weight rows on even M."""
-    ops = gemm_operands(NATIVE[target], m, 67, 333, out_dtype=(torch.float16, torch.bfloat16)[m % 2],
-                        bias=m % 2 == 1, pad_b=16 * (m % 2 == 0))
+    on odd M, weight rows allowing 128-bit, 64-bit or element-wise loads in turn."""
+    ab, k = NATIVE[target], 333
+    access = (16, 8, "element")[m % 3]
+    ops = gemm_operands(ab, m, 67, k, out_dtype=(torch.float16, torch.bfloat16)[m % 2], bias=m % 2 == 1,
+                        pad_b=lb_pad(ab, k, access))
     _, plan, _ = check_gemm(tmp_path, target, ops)
     assert plan["mp"] == str((m + 7) // 8 * 8)
+    assert plan["b_access"] == str(1 if access == "element" else access)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("ab", GEMM_FORMATS, ids=["e4m3fn", "e4m3fnuz", "fp16", "bf16"])
-@pytest.mark.parametrize("m", (1, 8, 9, 17, 32))
-def test_skinny_gemm_formats(tmp_path, target, ab, m):
-    """Every operand format on both targets at each token padding: 16-bit MFMA (fp16 / bf16, and the FP8
-    flavour the chip does not multiply, unpacked to f16), with bias and padded activation rows."""
-    if ab == NATIVE[target] and m != 1:
-        pytest.skip("covered by test_skinny_gemm_every_m")
-    ops = gemm_operands(ab, m, 45, 201, bias=True, pad_a=8)
-    check_gemm(tmp_path, target, ops)
+def test_skinny_gemm_every_instantiation(tmp_path, target, ab):
+    """Every kernel the launcher can dispatch to for this operand format: token padding MP (8, 16, 24, 32) x out
+    format x weight access width, with bias and padded activation rows. On gfx942 e4m3fnuz and on gfx950
+    e4m3fn take the FP8 matrix instructions, the other flavour and fp16 / bf16 the 16-bit MFMA."""
+    eb = 1 if ab in FP8_DTYPES else 2
+    k = 131 if eb == 1 else 67
+    for (mp, out_dtype, access) in itertools.product((8, 16, 24, 32), (torch.float16, torch.bfloat16),
+                                                     (16, 8, "element")):
+        if ab not in FP8_DTYPES and out_dtype != ab:
+            continue  # 16-bit operands: out has their dtype
+        m = mp - 3
+        ops = gemm_operands(ab, m, 20, k, out_dtype=out_dtype, bias=True, pad_a=8, pad_b=lb_pad(ab, k, access))
+        _, plan, _ = check_gemm(tmp_path, target, ops)
+        assert (plan["mp"], plan["b_access"]) == (str(mp), str(eb if access == "element" else access))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -506,7 +543,7 @@ def test_skinny_gemm_weight_access_widths(tmp_path, target, ab, access):
 def test_skinny_gemm_split_k(tmp_path, target, m, split):
     """Split-K through the workspace: partial tiles added in slice order by the last workgroup to arrive, the
     arrival counters left zero; bitwise the same result whatever order the workgroups run in."""
-    ops = gemm_operands(NATIVE[target], m, 40, 4133, bias=True)
+    ops = gemm_operands(NATIVE[target], m, 40, 4133, bias=True, pad_b=lb_pad(NATIVE[target], 4133, 16))
     out, plan, _ = check_gemm(tmp_path, target, ops, split_k=split)
     assert plan["split_k"] == str(split) and plan["contributions"] == str(split)
     for order in (1, 2):
@@ -518,7 +555,7 @@ def test_skinny_gemm_split_k(tmp_path, target, m, split):
 @pytest.mark.parametrize("m", (3, 24))
 def test_skinny_gemm_stream_k(tmp_path, target, m):
     """Stream-K: equal runs of tiles x sub-iterations per workgroup, partial tiles met in K order."""
-    ops = gemm_operands(NATIVE[target], m, 80, 2100)
+    ops = gemm_operands(NATIVE[target], m, 80, 2100, pad_b=lb_pad(NATIVE[target], 2100, 16))
     out, plan, _ = check_gemm(tmp_path, target, ops, stream_k=1, occupancy=1, device="mi300x")
     assert plan["stream_k"] == "1" and int(plan["contributions"]) > 1
     again, _ = run_gemm(tmp_path, target, ops, stream_k=1, occupancy=1, device="mi300x", block_order=2, seed=7)
