@@ -27,9 +27,16 @@ SOURCE_GLOBS = ("common/*.cuh", "common/*.h", "quant_fp8/*.cuh", "rmsnorm_fp8/*.
 
 
 def clang() -> str:
+    """clang-19's C++ driver, with its AddressSanitizer runtime (FileNotFoundError when either is missing)."""
     for name in (os.environ.get("CLANGXX"), "clang++-19", "clang-19"):
         if name and shutil.which(name):
-            return shutil.which(name)
+            path = shutil.which(name)
+            runtime = subprocess.run([path, "-print-file-name=libclang_rt.asan-x86_64.a"], capture_output=True,
+                                     text=True).stdout.strip()
+            if not os.path.exists(runtime):
+                raise FileNotFoundError("clang-19's AddressSanitizer runtime is missing (libclang-rt-19-dev; "
+                                        "bash tools/compile_check/install_tools.sh installs it)")
+            return path
     raise FileNotFoundError("clang-19 not found (bash tools/compile_check/install_tools.sh installs it)")
 
 
