@@ -73,6 +73,7 @@ def source_hash(target: str) -> str:
             h.update(str(f.relative_to(ROOT)).encode())
             h.update(f.read_bytes())
     h.update(subprocess.run([clang(), "--version"], capture_output=True, text=True).stdout.encode())
+    h.update(" ".join(command(target, Path("out"), Path("overlay"))).encode())  # the flags
     return h.hexdigest()[:16]
 
 
