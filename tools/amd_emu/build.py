@@ -88,6 +88,9 @@ def build(target: str, build_dir: Path = ROOT / "build" / "amd_emu") -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"emulator build failed ({target}):\n{' '.join(cmd)}\n{result.stderr[-20000:]}")
     tmp.rename(output)
+    for stale in build_dir.glob(f"driver-{target}-*"):  # builds of older sources
+        if stale != output:
+            stale.unlink(missing_ok=True)
     return output
 
 
