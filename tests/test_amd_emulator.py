@@ -539,15 +539,16 @@ def test_skinny_gemm_weight_access_widths(tmp_path, target, ab, access):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("m,split", [(4, 5), (20, 3), (32, 2)])
-def test_skinny_gemm_split_k(tmp_path, target, m, split):
+@pytest.mark.parametrize("m,split,k,block_n", [(4, 5, 1100, 64), (20, 3, 400, 0), (32, 2, 300, 0)])
+def test_skinny_gemm_split_k(tmp_path, target, m, split, k, block_n):
     """Split-K through the workspace: partial tiles added in slice order by the last workgroup to arrive, the
     arrival counters left zero; bitwise the same result whatever order the workgroups run in."""
-    ops = gemm_operands(NATIVE[target], m, 40, 4133, bias=True, pad_b=lb_pad(NATIVE[target], 4133, 16))
-    out, plan, _ = check_gemm(tmp_path, target, ops, split_k=split)
+    ops = gemm_operands(NATIVE[target], m, 40, k, bias=True, pad_b=lb_pad(NATIVE[target], k, 16))
+    opt = {"split_k": split, "block_n": block_n}
+    out, plan, _ = check_gemm(tmp_path, target, ops, **opt)
     assert plan["split_k"] == str(split) and plan["contributions"] == str(split)
     for order in (1, 2):
-        again, _ = run_gemm(tmp_path, target, ops, split_k=split, block_order=order, seed=order, reverse_lanes=1)
+        again, _ = run_gemm(tmp_path, target, ops, block_order=order, seed=order, reverse_lanes=1, **opt)
         assert_bitwise_equal(again, out, f"block order {order}")
 
 
@@ -555,7 +556,7 @@ def test_skinny_gemm_split_k(tmp_path, target, m, split):
 @pytest.mark.parametrize("m", (3, 24))
 def test_skinny_gemm_stream_k(tmp_path, target, m):
     """Stream-K: equal runs of tiles x sub-iterations per workgroup, partial tiles met in K order."""
-    ops = gemm_operands(NATIVE[target], m, 80, 2100, pad_b=lb_pad(NATIVE[target], 2100, 16))
+    ops = gemm_operands(NATIVE[target], m, 80, 1500, pad_b=lb_pad(NATIVE[target], 1500, 16))
     out, plan, _ = check_gemm(tmp_path, target, ops, stream_k=1, occupancy=1, device="mi300x")
     assert plan["stream_k"] == "1" and int(plan["contributions"]) > 1
     again, _ = run_gemm(tmp_path, target, ops, stream_k=1, occupancy=1, device="mi300x", block_order=2, seed=7)
@@ -742,3 +743,22 @@ def test_memcheck_is_caught(tmp_path):
     with pytest.raises(AssertionError, match="AddressSanitizer"):
         emulate(tmp_path, "gfx942", "quant", {"x": x, "out": out, "scale": torch.tensor([0.1])},
                 **{"in": "bf16", "out": "fnuz", "d": 32, "rows": 3, "in_stride": 32, "out_stride": 32})
+
+
+SELFTEST_ERRORS = {
+    "shuffle_reads_exited_lane": "not active",
+    "divergent_collectives": "divergent wave",
+    "barrier_in_divergent_code": "deadlock",
+    "mfma_partial_wave": "partial wave",
+    "lds_out_of_bounds": "AddressSanitizer",
+}
+
+
+@pytest.mark.parametrize("case", list(SELFTEST_ERRORS))
+def test_emulator_rules_are_enforced(tmp_path, case):
+    """Code the hardware would run wrongly or undefinedly (a shuffle reading an exited lane, lanes of a wave at
+    different wave-wide instructions, a barrier in divergent code, an MFMA without all lanes, LDS past the
+    launch's size) stops the emulator with an error; the same kernel keeping the rules runs."""
+    emulate(tmp_path, "gfx942", "selftest", {}, case="ok")
+    with pytest.raises(AssertionError, match=SELFTEST_ERRORS[case]):
+        emulate(tmp_path, "gfx942", "selftest", {}, case=case)

@@ -19,7 +19,7 @@
 // shapes against properties, not against the launchers).
 //
 // Ops: quant, swiglu, rmsnorm, gemm (the kernels); mfma, cvt (single instructions, for the layout and
-// conversion tests); options (see emu::Options): sfu_ulp, fnuz_negative_zero_nan, cvt_overflow_saturates,
+// conversion tests); selftest (kernels that break the emulator's rules: each must stop with an error); options (see emu::Options): sfu_ulp, fnuz_negative_zero_nan, cvt_overflow_saturates,
 // mfma_flush_f16_denormals, reverse_lanes, block_order, seed, fault, device (mi300x / mi355x), dry=1 (plan and
 // print the launches, run nothing).
 //
@@ -599,6 +599,41 @@ void op_cvt() {
   });
 }
 
+// Kernels that break the rules the emulator enforces, one per `case`; each must end in an emulator error.
+void op_selftest() {
+  const std::string c = arg("case");
+  fp8dk::LaunchShape s;
+  s.grid = dim3(1);
+  s.block = dim3(128);
+  s.smem_bytes = 256;
+  run("selftest", s, 0, [&] {
+    const int t = int(threadIdx.x);
+    if (c == "shuffle_reads_exited_lane") {  // half a wave exits, the other half reads it
+      if (t % 64 >= 32) return;
+      (void)__shfl_xor(float(t), 32);
+    } else if (c == "divergent_collectives") {  // lanes of one wave at two different wave-wide instructions
+      if (t % 2) (void)__shfl_xor(1.f, 1);
+      else (void)__builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(0, 0, emu_f32x4{0.f, 0.f, 0.f, 0.f}, 0, 0, 0);
+    } else if (c == "barrier_in_divergent_code") {  // half of each wave at a barrier, the other half at a shuffle
+      if (t % 64 < 32) __syncthreads();
+      else (void)__shfl_xor(1.f, 1);
+    } else if (c == "mfma_partial_wave") {  // an MFMA with EXEC != all lanes
+      if (t % 64 == 63) return;
+      (void)__builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(0, 0, emu_f32x4{0.f, 0.f, 0.f, 0.f}, 0, 0, 0);
+    } else if (c == "lds_out_of_bounds") {  // one byte past the launch's dynamic LDS
+      fp8dk::skinny::smem[t == 0 ? 256 : 0] = 1;
+    } else if (c == "ok") {  // the rules kept: a shuffle, a barrier, an MFMA, dynamic LDS within bounds
+      const float v = __shfl_xor(float(t), 1);
+      if (v != float(t ^ 1)) fail("shuffle gave %f to work-item %d", double(v), t);
+      __syncthreads();
+      (void)__builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(0, 0, emu_f32x4{0.f, 0.f, 0.f, 0.f}, 0, 0, 0);
+      fp8dk::skinny::smem[t] = 1;
+    } else {
+      fail("unknown selftest case %s", c.c_str());
+    }
+  });
+}
+
 }  // namespace
 
 // ASan: report memory errors (exit status 4), not leaks (the driver frees nothing before it exits).
@@ -641,6 +676,7 @@ int main(int argc, char** argv) {
   else if (op == "gemm") op_gemm();
   else if (op == "mfma") op_mfma();
   else if (op == "cvt") op_cvt();
+  else if (op == "selftest") op_selftest();
   else fail("unknown op %s", op.c_str());
   write_back();
   std::printf("stats launches=%lld workgroups=%lld collectives=%lld barriers=%lld\n", emu::M().launches,
