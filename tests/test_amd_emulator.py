@@ -491,18 +491,21 @@ def lb_pad(ab, k, access):
 
 
 @pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("route", ("fp8", "16bit"))
 @pytest.mark.parametrize("m", range(1, 33))
-def test_skinny_gemm_every_m(tmp_path, target, m):
-    """The chip's own FP8 flavour, every M: SMFMAC 16x16x64 (M <= 8, tokens in the 2:4-sparse operand) and MFMA
-    16x16x32 (M > 8, 1-2 tiles of 16 tokens, 1-2 row blocks); odd N and K (a masked tail sub-iteration), bias
-    on odd M, weight rows allowing 128-bit, 64-bit or element-wise loads in turn."""
-    ab, k = NATIVE[target], 333
+def test_skinny_gemm_every_m(tmp_path, target, route, m):
+    """Every M on both routes. fp8 (the chip's own flavour): SMFMAC 16x16x64 (M <= 8, tokens in the 2:4-sparse
+    operand) and MFMA 16x16x32 (M > 8, 1-2 tiles of 16 tokens, 1-2 row blocks); 16bit: MFMA 16x16x16 f16 (odd M)
+    and bf16 (even M). Odd N and K (a masked tail sub-iteration), bias on odd M, weight rows allowing 128-bit,
+    64-bit or element-wise loads in turn."""
+    ab = NATIVE[target] if route == "fp8" else (torch.bfloat16, torch.float16)[m % 2]
+    k = 333 if route == "fp8" else 165
     access = (16, 8, "element")[m % 3]
     ops = gemm_operands(ab, m, 67, k, out_dtype=(torch.float16, torch.bfloat16)[m % 2], bias=m % 2 == 1,
                         pad_b=lb_pad(ab, k, access))
     _, plan, _ = check_gemm(tmp_path, target, ops)
     assert plan["mp"] == str((m + 7) // 8 * 8)
-    assert plan["b_access"] == str(1 if access == "element" else access)
+    assert plan["b_access"] == str((1 if route == "fp8" else 2) if access == "element" else access)
 
 
 @pytest.mark.parametrize("target", TARGETS)
