@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the machine-code and hipify checks need on a fresh Debian 12 machine (CI or a developer's):
 #   clang-19, lld-19, llvm-19 (apt)                 gfx942 device assembly, llvm-objdump/llvm-cxxfilt
+#   libclang-rt-19-dev (apt)                        AddressSanitizer runtime for the AMD wave emulator (tools/amd_emu)
 #   cuobjdump + nvdisasm (PyPI wheels, build/tools) SASS of the sm_90a cubins (nvcc 13.0 is on the image)
 #   --with-triton: triton in build/triton-venv      optional gfx950 lowering (~1 GB; not needed for CI)
 # Idempotent: each step is skipped when its tool is already there, so a second run takes well under a second.
@@ -26,8 +27,10 @@ install_apt_tools() {
   command -v clang-19 >/dev/null || missing+=(clang-19)
   command -v ld.lld-19 >/dev/null || missing+=(lld-19)
   command -v llvm-objdump-19 >/dev/null || missing+=(llvm-19)
+  # AddressSanitizer runtime for the AMD wave emulator's driver (tools/amd_emu, tests/test_amd_emulator.py).
+  [ -e "$(clang-19 -print-file-name=libclang_rt.asan-x86_64.a 2>/dev/null)" ] || missing+=(libclang-rt-19-dev)
   if [ ${#missing[@]} -eq 0 ]; then
-    echo "install_tools: clang-19/lld-19/llvm-19 present"
+    echo "install_tools: clang-19/lld-19/llvm-19/libclang-rt-19-dev present"
     return
   fi
   echo "install_tools: apt-get install ${missing[*]}"
