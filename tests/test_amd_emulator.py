@@ -415,7 +415,8 @@ def test_rms_norm(tmp_path, target, in_dtype, out_dtype, residual, case):
 def test_rms_norm_long_row_kernel(tmp_path, target, in_dtype, out_dtype, residual):
     """Every instantiation of the long-row kernel (rows beyond a block's registers: one block of 16 waves per
     row, the row staged in dynamic LDS, block_sum through LDS)."""
-    outs, ref, res_ref = run_rmsnorm(tmp_path, target, "long-row-staged", in_dtype, out_dtype, residual)
+    outs, ref, res_ref = run_rmsnorm(tmp_path, target, "long-row-staged", in_dtype, out_dtype, residual,
+                                     reverse_lanes=int(residual))  # work-items also scheduled last to first
     assert_matches_reference(outs["out"], ref)
     if residual:
         assert_exact(outs["residual"], res_ref)
@@ -512,7 +513,8 @@ def test_skinny_gemm_every_m(tmp_path, target, route, m):
 @pytest.mark.parametrize("ab", GEMM_FORMATS, ids=["e4m3fn", "e4m3fnuz", "fp16", "bf16"])
 def test_skinny_gemm_every_instantiation(tmp_path, target, ab):
     """Every kernel the launcher can dispatch to for this operand format: token padding MP (8, 16, 24, 32) x out
-    format x weight access width, with bias and padded activation rows. On gfx942 e4m3fnuz and on gfx950
+    format x weight access width, with bias and padded activation rows (work-items scheduled in both orders, so
+    an LDS read that a barrier does not order after its write shows). On gfx942 e4m3fnuz and on gfx950
     e4m3fn take the FP8 matrix instructions, the other flavour and fp16 / bf16 the 16-bit MFMA."""
     eb = 1 if ab in FP8_DTYPES else 2
     k = 131 if eb == 1 else 67
@@ -522,7 +524,7 @@ def test_skinny_gemm_every_instantiation(tmp_path, target, ab):
             continue  # 16-bit operands: out has their dtype
         m = mp - 3
         ops = gemm_operands(ab, m, 20, k, out_dtype=out_dtype, bias=True, pad_a=8, pad_b=lb_pad(ab, k, access))
-        _, plan, _ = check_gemm(tmp_path, target, ops)
+        _, plan, _ = check_gemm(tmp_path, target, ops, reverse_lanes=int(mp in (16, 32)))
         assert (plan["mp"], plan["b_access"]) == (str(mp), str(eb if access == "element" else access))
 
 
@@ -765,3 +767,43 @@ def test_emulator_rules_are_enforced(tmp_path, case):
     emulate(tmp_path, "gfx942", "selftest", {}, case="ok")
     with pytest.raises(AssertionError, match=SELFTEST_ERRORS[case]):
         emulate(tmp_path, "gfx942", "selftest", {}, case=case)
+
+
+# ------------------------------------------------------------------------------------------ the launchers' planning
+
+
+def _function(source: str, name: str) -> str:
+    """The definition of function `name` in C++ `source` (first definition, from its head to the closing brace),
+    without comments and with whitespace collapsed."""
+    m = re.search(r"(?m)^(?!\s*//)[A-Za-z][^\n;{}]*\b" + re.escape(name) + r"\s*\([^;{]*\)\s*\{", source)
+    assert m, f"no definition of {name}"
+    depth = 0
+    for j in range(m.end() - 1, len(source)):
+        depth += {"{": 1, "}": -1}.get(source[j], 0)
+        if depth == 0:
+            body = source[m.end():j]
+            break
+    body = re.sub(r"//[^\n]*", "", body)
+    return " ".join(body.split())
+
+
+PLANNING = [  # launcher source, function: copied verbatim into tools/amd_emu/driver.cpp
+    ("quant_fp8/quantize.cu", "store_width"),
+    ("swiglu_fp8/swiglu.cu", "vector_width"),
+    ("rmsnorm_fp8/rmsnorm.cu", "rows_aligned"),
+    ("rmsnorm_fp8/rmsnorm.cu", "all_aligned"),
+    ("rmsnorm_fp8/rmsnorm.cu", "configure_one_cta"),
+    ("rmsnorm_fp8/rmsnorm.cu", "configure"),
+    ("skinny_gemm/skinny_gemm.cu", "largest_access"),
+    ("skinny_gemm/skinny_gemm.cu", "plan_launch"),
+]
+
+
+@pytest.mark.parametrize("source,function", PLANNING, ids=[f for _, f in PLANNING])
+def test_emulated_plan_is_the_launchers(source, function):
+    """The emulator plans launches with the launchers' own planning functions: their bodies in driver.cpp are
+    the launchers' (a change to a launcher must be copied there, or this fails)."""
+    launcher = (REPO_ROOT / source).read_text()
+    emulated = (REPO_ROOT / "tools" / "amd_emu" / "driver.cpp").read_text()
+    assert _function(emulated, function) == _function(launcher, function), (
+        f"{source}: {function}() changed; copy it into tools/amd_emu/driver.cpp")

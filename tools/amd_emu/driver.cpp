@@ -13,10 +13,11 @@
 // Host side: what the ROCm launchers (quant_fp8/quantize.cu, swiglu_fp8/swiglu.cu, rmsnorm_fp8/rmsnorm.cu,
 // skinny_gemm/skinny_gemm.cu + skinny_gemm_launch.cuh) do on ROCm, for an emulated device (MI300X: 304 CUs,
 // 64 KB LDS per workgroup; MI355X: 256 CUs, 160 KB). The planning code they share is compiled here as is
-// (common/row_chunk_grid.h, skinny_gemm/skinny_gemm_plan.cuh); the launchers' own glue lives in those .cu files'
-// anonymous namespaces next to torch calls, so it is restated below, function by function, with the name of
-// the function it follows. A change there must be made here too (tests/test_amd_emulator.py checks the planned
-// shapes against properties, not against the launchers).
+// (common/row_chunk_grid.h, skinny_gemm/skinny_gemm_plan.cuh); their own planning functions (store/vector
+// width, rms_norm's configure, skinny_gemm's plan_launch) live in anonymous namespaces next to torch calls, so
+// they are copied below verbatim (tests/test_amd_emulator.py::test_emulated_plan_is_the_launchers keeps the
+// copies equal to the launchers'); the rest of the launch (dtype dispatch, the workspace, ROCm's launch_plan)
+// is restated in the op_* functions, each naming what it follows.
 //
 // Ops: quant, swiglu, rmsnorm, gemm (the kernels); mfma, cvt (single instructions, for the layout and
 // conversion tests); selftest (kernels that break the emulator's rules: each must stop with an error); options (see emu::Options): sfu_ulp, fnuz_negative_zero_nan, cvt_overflow_saturates,
@@ -189,11 +190,33 @@ void with_width(int w, F&& f) {
   if (!done) fail("no kernel for width %d", w);
 }
 
-// ------------------------------------------------------------------------------------------ quantize_fp8
+}  // namespace
 
-// quant_fp8/quantize.cu: store_width().
-int quant_store_width(const void* in, const void* out, int64_t rows, int64_t in_stride, int64_t out_stride) {
-  using namespace fp8dk::quant;
+// ------------------------------------------------------------------------------------------ the launchers' planning
+// The launchers' planning functions, copied verbatim from their .cu files (tests/test_amd_emulator.py checks
+// that each body still equals the launcher's), with stand-ins for what they call: the device attributes of
+// the emulated device (common/device_info.h), TORCH_CHECK, the environment overrides (driver arguments) and
+// the weight tensor's data pointer.
+
+#define TORCH_CHECK(cond, ...)                                                      \
+  do {                                                                              \
+    if (!(cond)) ::emu::fail("TORCH_CHECK(%s) failed in the launcher's plan", #cond); \
+  } while (0)
+
+namespace fp8dk {
+inline int multiprocessor_count() { return g_dev.sms; }
+inline int max_shared_memory_per_block() { return g_dev.lds_bytes; }
+struct SkinnyGemmShape {  // common/checks.h
+  int64_t m, n, k;
+  bool fp8;
+  int64_t a_row_stride, b_row_stride, out_row_stride;
+};
+}  // namespace fp8dk
+
+namespace quant_launcher {  // quant_fp8/quantize.cu
+using fp8dk::quant::kChunk;
+using fp8dk::quant::kMaxLoadElems;
+int store_width(const void* in, const void* out, int64_t rows, int64_t in_stride, int64_t out_stride) {
   for (int w = kChunk; w > 1; w /= 2) {
     const int load_elems = std::min(w, kMaxLoadElems);
     const bool strides_ok = rows <= 1 || (in_stride % load_elems == 0 && out_stride % w == 0);
@@ -201,6 +224,191 @@ int quant_store_width(const void* in, const void* out, int64_t rows, int64_t in_
   }
   return 1;
 }
+}  // namespace quant_launcher
+
+namespace swiglu_launcher {  // swiglu_fp8/swiglu.cu
+using fp8dk::swiglu::kChunk;
+int vector_width(const void* in, const void* out, int out_bytes, int64_t d, int64_t rows, int64_t in_stride,
+                 int64_t out_stride) {
+  for (int w = kChunk; w > 1; w /= 2) {
+    const bool strides_ok = rows <= 1 || (in_stride % w == 0 && out_stride % w == 0);
+    if (fp8dk::is_aligned(in, 2 * w) && fp8dk::is_aligned(out, out_bytes * w) && d % w == 0 && strides_ok) {
+      return w;
+    }
+  }
+  return 1;
+}
+}  // namespace swiglu_launcher
+
+namespace rmsnorm_launcher {  // rmsnorm_fp8/rmsnorm.cu
+using fp8dk::RmsNormParams;
+namespace rn = fp8dk::rmsnorm;
+constexpr int kRowsBlockThreads = 256;
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+struct Launch {
+  enum class Kernel { kAligned, kGeneral, kLongRow } kernel;
+  int blocks;
+  int threads;
+  int smem_bytes;
+};
+bool rows_aligned(const void* p, int64_t stride, int64_t rows, int bytes, int elem_bytes) {
+  return fp8dk::is_aligned(p, bytes) && (rows == 1 || (stride * elem_bytes) % bytes == 0);
+}
+
+bool all_aligned(const RmsNormParams& p, int out_elem_bytes) {
+  constexpr int kVec = rn::kSlotElems;
+  return p.hidden % kVec == 0 && rows_aligned(p.input, p.input_stride, p.rows, 2 * kVec, 2) &&
+         rows_aligned(p.out, p.out_stride, p.rows, out_elem_bytes * kVec, out_elem_bytes) &&
+         fp8dk::is_aligned(p.weight, 2 * kVec) && (p.residual == nullptr || fp8dk::is_aligned(p.residual, 2 * kVec));
+}
+
+Launch configure_one_cta(RmsNormParams& p, bool aligned, int64_t slots, int sms) {
+  Launch l{};
+  const int slots_per_thread = aligned ? rn::kSlotsPerThread<true> : rn::kSlotsPerThread<false>;
+  if (slots > (aligned ? rn::kMaxRegisterSlots<true> : rn::kMaxRegisterSlots<false>)) {
+    // One block per row walking it in chunks; as much of the row as the device allows stays in shared memory.
+    l.kernel = Launch::Kernel::kLongRow;
+    l.threads = rn::kMaxThreads;
+    l.blocks = static_cast<int>(p.rows);
+    // What a block may use (48 KB without opt-in everywhere) less the kernel's static reduction scratch.
+    const int64_t smem = std::max(fp8dk::max_shared_memory_per_block(), 48 * 1024) - sizeof(float) * fp8dk::kMaxWarps;
+    const int64_t smem_slots = smem / sizeof(fp8dk::Pack<16>);
+    p.staged_slots = static_cast<int>(std::min(slots, smem_slots));
+    l.smem_bytes = p.staged_slots * static_cast<int>(sizeof(fp8dk::Pack<16>));
+    return l;
+  }
+  l.kernel = aligned ? Launch::Kernel::kAligned : Launch::Kernel::kGeneral;
+  int group = static_cast<int>(ceil_div(slots, slots_per_thread));
+  if (group <= fp8dk::kWarpSize) {
+    // Short rows: a power-of-two group of lanes per row, several rows per block, a shuffle reduction. With
+    // few rows the block shrinks (down to one warp) so the rows spread over more SMs.
+    int shift = 0;
+    while ((1 << shift) < group) ++shift;
+    group = 1 << shift;
+    l.threads = kRowsBlockThreads;
+    while (l.threads > fp8dk::kWarpSize && ceil_div(p.rows, l.threads >> shift) < sms) l.threads /= 2;
+    p.group_shift = shift;
+    p.lane_mask = group - 1;
+    p.rows_per_block = l.threads >> shift;
+  } else {
+    // Long rows: one block of whole warps per row, a block reduction.
+    group = static_cast<int>(ceil_div(group, fp8dk::kWarpSize)) * fp8dk::kWarpSize;
+    l.threads = group;
+    p.group_shift = 31;  // threadIdx.x >> 31 == 0: every thread of the block works on its one row
+    p.lane_mask = INT_MAX;
+    p.rows_per_block = 1;
+  }
+  p.threads_per_row = group;
+  const int64_t blocks = ceil_div(p.rows, p.rows_per_block);
+  TORCH_CHECK(blocks <= INT_MAX, "rms_norm: too many rows (", p.rows, ") for one launch");
+  l.blocks = static_cast<int>(blocks);
+  return l;
+}
+
+Launch configure(RmsNormParams& p, int out_elem_bytes) {
+  const bool aligned = all_aligned(p, out_elem_bytes);
+  // Slots per row: on the general path a row starting past a 16-byte boundary may need one more.
+  const int64_t slots = ceil_div(p.hidden + (aligned ? 0 : rn::kSlotElems - 1), rn::kSlotElems);
+  const int sms = fp8dk::multiprocessor_count();
+  Launch l = configure_one_cta(p, aligned, slots, sms);
+#if defined(FP8DK_NVIDIA)
+  plan_cluster(p, slots, aligned, sms, l);
+  l.persistent = l.cluster == 1 && l.kernel == Launch::Kernel::kAligned && p.rows_per_block == 1 &&
+                 l.threads <= rn::kMaxPersistentThreads;
+#endif
+  return l;
+}
+}  // namespace rmsnorm_launcher
+
+namespace skinny_launcher {  // skinny_gemm/skinny_gemm.cu
+using namespace fp8dk::skinny;
+struct Launch {  // skinny_gemm_launch.cuh
+  Plan plan;
+  dim3 grid;
+  int smem;
+  int mp;
+  int b_access;
+  int sms;
+};
+struct WeightTensor {  // what plan_launch reads of the weight tensor
+  const void* ptr;
+  const void* data_ptr() const { return ptr; }
+};
+// FP8DK_SKINNY_SPLIT_K / _BLOCK_N / _STREAM_K: the driver arguments split_k, block_n, stream_k.
+int env_int(const char* name) {
+  const std::string n = name;
+  return int(iarg(n == "FP8DK_SKINNY_SPLIT_K" ? "split_k" : n == "FP8DK_SKINNY_BLOCK_N" ? "block_n" : n, 0));
+}
+bool env_flag(const char* name, bool unset) {
+  const long long v = iarg(std::string(name) == "FP8DK_SKINNY_STREAM_K" ? "stream_k" : name, -1);
+  return v < 0 ? unset : v == 1;
+}
+int largest_access(const void* p, long long row_stride_bytes, int elem_bytes) {
+  for (int w : {16, 8})
+    if (fp8dk::is_aligned(p, w) && row_stride_bytes % w == 0) return w;
+  return elem_bytes;
+}
+
+Launch plan_launch(const fp8dk::SkinnyGemmShape& s, const WeightTensor& b) {
+  const int eb = s.fp8 ? 1 : 2;
+  const Shape shape{static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), eb};
+  const int sms = fp8dk::multiprocessor_count();
+  const int mp = padded_m(shape.m), rb = row_blocks(mp), rows_per_warp = kRowBlock * rb;
+  const int lb = largest_access(b.data_ptr(), s.b_row_stride * eb, eb);
+
+  const int split_wn = default_wn(shape, sms);
+  const int forced = env_int("FP8DK_SKINNY_SPLIT_K");
+  const bool stream_k =
+      shape.k > 0 && !forced &&
+      env_flag("FP8DK_SKINNY_STREAM_K",
+               prefer_stream_k(shape, split_wn, default_split_k(shape, split_wn, lb, sms), lb, sms));
+  int wn = stream_k ? min_wn(shape) : split_wn;
+  if (const int block_n = env_int("FP8DK_SKINNY_BLOCK_N")) {
+    wn = block_n / rows_per_warp;
+    TORCH_CHECK(block_n % rows_per_warp == 0 && wn >= 1 && wn <= kWarps && (wn & (wn - 1)) == 0, "skinny_gemm: ",
+                "FP8DK_SKINNY_BLOCK_N must be ", rows_per_warp, " times a power of two <= ", kWarps, " for M = ",
+                s.m, ", got ", block_n);
+  }
+  int split_k = stream_k ? 1 : default_split_k(shape, wn, lb, sms);
+  if (forced) {
+    const int most = max_split_k(shape, wn, lb);
+    split_k = forced < most ? forced : most;
+  }
+  if (shape.k == 0) split_k = 1;
+
+  Launch l;
+  Plan& p = l.plan;
+  p.m = shape.m, p.n = shape.n, p.k = shape.k;
+  p.a_stride = s.a_row_stride, p.b_stride = s.b_row_stride, p.out_stride = s.out_row_stride;
+  p.wn = wn, p.wk = kWarps / wn;
+  p.block_n = rows_per_warp * wn;
+  p.tiles = ceil_div(shape.n, p.block_n);
+  p.stream_k = stream_k;
+  p.split_k = split_k;
+  p.sub_iters = ceil_div(shape.k, sub_iter_elems(eb));
+  p.block_elems = p.wk * iters_per_block(rb, lb) * sub_iter_elems(eb);
+  p.chunk_shift = 0;
+  while ((kChunkBytes / eb) << (p.chunk_shift + 1) <= p.block_elems) ++p.chunk_shift;
+  p.act_buf_bytes = shape.m * act_pitch(p.block_elems, 2);  // staged as 16-bit at most
+
+  const int stage_chunks = ceil_div(static_cast<long long>(shape.m) * p.block_elems * eb / kChunkBytes, kThreads);
+  TORCH_CHECK(stage_chunks <= kMaxStageChunks, "skinny_gemm: FP8DK_SKINNY_BLOCK_N = ", p.block_n,
+              " is too narrow for M = ", s.m, " (activation staging exceeds ", kMaxStageChunks,
+              " chunks per thread); use a larger block");
+  l.grid = dim3(p.tiles, p.split_k);
+  l.smem = smem_bytes(p.act_buf_bytes, p.wk, mp, p.block_n);
+  TORCH_CHECK(l.smem <= fp8dk::max_shared_memory_per_block(), "skinny_gemm: the tiling needs ", l.smem,
+              " bytes of shared memory, more than the device offers");
+  l.mp = mp;
+  l.b_access = lb;
+  l.sms = sms;
+  return l;
+}
+}  // namespace skinny_launcher
+
+namespace {
+
+// ------------------------------------------------------------------------------------------ quantize_fp8
 
 // quant_fp8/quantize.cu: quantize_fp8(), launch().
 void op_quant() {
@@ -210,8 +418,9 @@ void op_quant() {
   const auto* in = reinterpret_cast<const uint16_t*>(need("x"));
   auto* out = need("out");
   const auto* scale = reinterpret_cast<const float*>(need("scale"));
-  const int w = quant_store_width(in, out, rows, in_stride, out_stride);
-  const fp8dk::LaunchShape s = fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, g_dev.sms);
+  const int w = quant_launcher::store_width(in, out, rows, in_stride, out_stride);
+  const fp8dk::LaunchShape s =
+      fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
   std::printf("plan store_width=%d\n", w);
   with_16bit(arg("in"), [&](auto in_fmt) {
     with_fp8(arg("out"), [&](auto out_fmt) {
@@ -227,17 +436,6 @@ void op_quant() {
 
 // ------------------------------------------------------------------------------------------ silu_and_mul
 
-// swiglu_fp8/swiglu.cu: vector_width().
-int swiglu_vector_width(const void* in, const void* out, int out_bytes, int64_t d, int64_t rows, int64_t in_stride,
-                        int64_t out_stride) {
-  using fp8dk::swiglu::kChunk;
-  for (int w = kChunk; w > 1; w /= 2) {
-    const bool strides_ok = rows <= 1 || (in_stride % w == 0 && out_stride % w == 0);
-    if (fp8dk::is_aligned(in, 2 * w) && fp8dk::is_aligned(out, out_bytes * w) && d % w == 0 && strides_ok) return w;
-  }
-  return 1;
-}
-
 // swiglu_fp8/swiglu.cu: launch().
 void op_swiglu() {
   using namespace fp8dk::swiglu;
@@ -246,12 +444,13 @@ void op_swiglu() {
   const auto* in = reinterpret_cast<const uint16_t*>(need("x"));
   auto* out = need("out");
   const auto* scale = reinterpret_cast<const float*>(buf("scale"));
-  const fp8dk::LaunchShape s = fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, g_dev.sms);
+  const fp8dk::LaunchShape s =
+      fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
   with_16bit(arg("in"), [&](auto in_fmt) {
     using In = decltype(in_fmt);
     with_out<In>(arg("out"), [&](auto out_fmt) {
       using Out = decltype(out_fmt);
-      const int w = swiglu_vector_width(in, out, kOutBytes<Out>, d, rows, in_stride, out_stride);
+      const int w = swiglu_launcher::vector_width(in, out, kOutBytes<Out>, d, rows, in_stride, out_stride);
       std::printf("plan vector_width=%d\n", w);
       with_width<8, 4, 2, 1>(w, [&](auto W) {
         run("silu_and_mul_kernel", s, 0, [&] {
@@ -263,66 +462,6 @@ void op_swiglu() {
 }
 
 // ------------------------------------------------------------------------------------------ rms_norm
-
-namespace rn = fp8dk::rmsnorm;
-constexpr int kRowsBlockThreads = 256;  // rmsnorm.cu
-int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-struct RmsLaunch {
-  enum class Kernel { kAligned, kGeneral, kLongRow } kernel;
-  int blocks, threads, smem_bytes;
-};
-
-// rmsnorm.cu: rows_aligned(), all_aligned().
-bool rows_aligned(const void* p, int64_t stride, int64_t rows, int bytes, int elem_bytes) {
-  return fp8dk::is_aligned(p, bytes) && (rows == 1 || (stride * elem_bytes) % bytes == 0);
-}
-bool all_aligned(const fp8dk::RmsNormParams& p, int out_elem_bytes) {
-  constexpr int kVec = rn::kSlotElems;
-  return p.hidden % kVec == 0 && rows_aligned(p.input, p.input_stride, p.rows, 2 * kVec, 2) &&
-         rows_aligned(p.out, p.out_stride, p.rows, out_elem_bytes * kVec, out_elem_bytes) &&
-         fp8dk::is_aligned(p.weight, 2 * kVec) && (p.residual == nullptr || fp8dk::is_aligned(p.residual, 2 * kVec));
-}
-
-// rmsnorm.cu: configure_one_cta() (ROCm: configure() adds nothing to it; max_shared_memory_per_block() is
-// the device's LDS).
-RmsLaunch configure_one_cta(fp8dk::RmsNormParams& p, bool aligned, int64_t slots, int sms) {
-  RmsLaunch l{};
-  const int slots_per_thread = aligned ? rn::kSlotsPerThread<true> : rn::kSlotsPerThread<false>;
-  if (slots > (aligned ? rn::kMaxRegisterSlots<true> : rn::kMaxRegisterSlots<false>)) {
-    l.kernel = RmsLaunch::Kernel::kLongRow;
-    l.threads = rn::kMaxThreads;
-    l.blocks = static_cast<int>(p.rows);
-    const int64_t smem = std::max(g_dev.lds_bytes, 48 * 1024) - int64_t(sizeof(float)) * fp8dk::kMaxWarps;
-    const int64_t smem_slots = smem / int64_t(sizeof(fp8dk::Pack<16>));
-    p.staged_slots = static_cast<int>(std::min(slots, smem_slots));
-    l.smem_bytes = p.staged_slots * static_cast<int>(sizeof(fp8dk::Pack<16>));
-    return l;
-  }
-  l.kernel = aligned ? RmsLaunch::Kernel::kAligned : RmsLaunch::Kernel::kGeneral;
-  int group = static_cast<int>(ceil_div64(slots, slots_per_thread));
-  if (group <= fp8dk::kWarpSize) {
-    int shift = 0;
-    while ((1 << shift) < group) ++shift;
-    group = 1 << shift;
-    l.threads = kRowsBlockThreads;
-    while (l.threads > fp8dk::kWarpSize && ceil_div64(p.rows, l.threads >> shift) < sms) l.threads /= 2;
-    p.group_shift = shift;
-    p.lane_mask = group - 1;
-    p.rows_per_block = l.threads >> shift;
-  } else {
-    group = static_cast<int>(ceil_div64(group, fp8dk::kWarpSize)) * fp8dk::kWarpSize;
-    l.threads = group;
-    p.group_shift = 31;
-    p.lane_mask = INT_MAX;
-    p.rows_per_block = 1;
-  }
-  p.threads_per_row = group;
-  const int64_t blocks = ceil_div64(p.rows, p.rows_per_block);
-  if (blocks > INT_MAX) fail("rms_norm: too many rows");
-  l.blocks = static_cast<int>(blocks);
-  return l;
-}
 
 // rmsnorm.cu: rms_norm_gpu(), configure(), launch().
 void op_rmsnorm() {
@@ -341,16 +480,15 @@ void op_rmsnorm() {
   p.scale = reinterpret_cast<const float*>(buf("scale"));
   const std::string out_fmt = arg("out");
   const int out_elem_bytes = out_fmt == "same" ? 2 : 1;
-  const bool aligned = all_aligned(p, out_elem_bytes);
-  const int64_t slots = ceil_div64(p.hidden + (aligned ? 0 : rn::kSlotElems - 1), rn::kSlotElems);
-  const RmsLaunch l = configure_one_cta(p, aligned, slots, g_dev.sms);
+  using rmsnorm_launcher::Launch;
+  const Launch l = rmsnorm_launcher::configure(p, out_elem_bytes);
   const char* names[] = {"rms_norm_kernel<aligned>", "rms_norm_kernel<general>", "rms_norm_long_row_kernel"};
   std::printf("plan kernel=%d threads_per_row=%d rows_per_block=%d staged_slots=%d\n", int(l.kernel),
               p.threads_per_row, p.rows_per_block, p.staged_slots);
   fp8dk::LaunchShape shape;
   shape.grid = dim3(l.blocks);
   shape.block = dim3(l.threads);
-  shape.smem_bytes = l.kernel == RmsLaunch::Kernel::kLongRow ? l.smem_bytes : 0;
+  shape.smem_bytes = l.kernel == Launch::Kernel::kLongRow ? l.smem_bytes : 0;
   const int static_lds = int(sizeof(float)) * fp8dk::kMaxWarps;  // scratch[kMaxWarps]
   with_16bit(arg("in"), [&](auto in_fmt) {
     using In = decltype(in_fmt);
@@ -359,13 +497,13 @@ void op_rmsnorm() {
       auto go = [&](auto res) {
         constexpr bool kRes = decltype(res)::value;
         switch (l.kernel) {
-          case RmsLaunch::Kernel::kAligned:
+          case Launch::Kernel::kAligned:
             run(names[0], shape, static_lds, [&] { fp8dk::rms_norm_kernel<In, Out, kRes, true>(p); });
             break;
-          case RmsLaunch::Kernel::kGeneral:
+          case Launch::Kernel::kGeneral:
             run(names[1], shape, static_lds, [&] { fp8dk::rms_norm_kernel<In, Out, kRes, false>(p); });
             break;
-          case RmsLaunch::Kernel::kLongRow:
+          case Launch::Kernel::kLongRow:
             run(names[2], shape, static_lds, [&] { fp8dk::rms_norm_long_row_kernel<In, Out, kRes>(p); });
             break;
         }
@@ -378,92 +516,24 @@ void op_rmsnorm() {
 
 // ------------------------------------------------------------------------------------------ skinny_gemm
 
-namespace sk = fp8dk::skinny;
-
-// skinny_gemm.cu: largest_access().
-int largest_access(const void* p, long long row_stride_bytes, int elem_bytes) {
-  for (int w : {16, 8})
-    if (fp8dk::is_aligned(p, w) && row_stride_bytes % w == 0) return w;
-  return elem_bytes;
-}
-
-struct GemmLaunch {
-  sk::Plan plan;
-  dim3 grid;
-  int smem, mp, b_access;
-};
-
-// skinny_gemm.cu: plan_launch(); the environment overrides are the arguments split_k, block_n, stream_k.
-GemmLaunch plan_launch(int m, int n, int k, bool fp8, const void* b, long long a_stride, long long b_stride,
-                       long long out_stride) {
-  const int eb = fp8 ? 1 : 2;
-  const sk::Shape shape{m, n, k, eb};
-  const int sms = g_dev.sms;
-  const int mp = sk::padded_m(m), rb = sk::row_blocks(mp), rows_per_warp = sk::kRowBlock * rb;
-  const int lb = largest_access(b, b_stride * eb, eb);
-  const int split_wn = sk::default_wn(shape, sms);
-  const int forced = int(iarg("split_k", 0));
-  const int stream_k_arg = int(iarg("stream_k", -1));
-  const bool stream_k =
-      shape.k > 0 && !forced &&
-      (stream_k_arg >= 0 ? stream_k_arg == 1
-                         : sk::prefer_stream_k(shape, split_wn, sk::default_split_k(shape, split_wn, lb, sms), lb, sms));
-  int wn = stream_k ? sk::min_wn(shape) : split_wn;
-  if (const int block_n = int(iarg("block_n", 0))) {
-    wn = block_n / rows_per_warp;
-    if (!(block_n % rows_per_warp == 0 && wn >= 1 && wn <= sk::kWarps && (wn & (wn - 1)) == 0))
-      fail("skinny_gemm: bad block_n %d", block_n);
-  }
-  int split_k = stream_k ? 1 : sk::default_split_k(shape, wn, lb, sms);
-  if (forced) {
-    const int most = sk::max_split_k(shape, wn, lb);
-    split_k = forced < most ? forced : most;
-  }
-  if (shape.k == 0) split_k = 1;
-
-  GemmLaunch l;
-  sk::Plan& p = l.plan;
-  p.m = m, p.n = n, p.k = k;
-  p.a_stride = a_stride, p.b_stride = b_stride, p.out_stride = out_stride;
-  p.wn = wn, p.wk = sk::kWarps / wn;
-  p.block_n = rows_per_warp * wn;
-  p.tiles = sk::ceil_div(n, p.block_n);
-  p.stream_k = stream_k;
-  p.split_k = split_k;
-  p.cluster = 0;
-  p.sub_iters = sk::ceil_div(k, sk::sub_iter_elems(eb));
-  p.block_elems = p.wk * sk::iters_per_block(rb, lb) * sk::sub_iter_elems(eb);
-  p.chunk_shift = 0;
-  while ((sk::kChunkBytes / eb) << (p.chunk_shift + 1) <= p.block_elems) ++p.chunk_shift;
-  p.act_buf_bytes = m * sk::act_pitch(p.block_elems, 2);
-  const int stage_chunks = sk::ceil_div(static_cast<long long>(m) * p.block_elems * eb / sk::kChunkBytes, sk::kThreads);
-  if (stage_chunks > sk::kMaxStageChunks) fail("skinny_gemm: block_n %d too narrow for M = %d", p.block_n, m);
-  l.grid = dim3(p.tiles, p.split_k);
-  l.smem = sk::smem_bytes(p.act_buf_bytes, p.wk, mp, p.block_n);
-  if (l.smem > g_dev.lds_bytes) fail("skinny_gemm: the tiling needs %d bytes of LDS", l.smem);
-  l.mp = mp;
-  l.b_access = lb;
-  return l;
-}
-
 // skinny_gemm_launch.cuh: launch_plan() on ROCm (no clusters). The stream-K grid is sized from the CTAs a CU
 // holds (hipOccupancyMaxActiveBlocksPerMultiprocessor): modelled as min(VGPR-bound workgroups per CU, the
 // `occupancy` argument: 4, the gfx942 compile report's typical waves per SIMD for these kernels, one wave of a
 // 4-wave workgroup per SIMD; LDS-bound; 8 = 32 waves per CU / 4).
 template <class Ab, class Out, int MP, int LB>
-void launch_plan(GemmLaunch l, const unsigned char* a, const unsigned char* b, uint16_t* out, const uint16_t* bias,
+void launch_plan(skinny_launcher::Launch l, const unsigned char* a, const unsigned char* b, uint16_t* out, const uint16_t* bias,
                  const float* scale_a, const float* scale_b) {
-  sk::Plan& p = l.plan;
+  fp8dk::skinny::Plan& p = l.plan;
   int shared_slices = p.split_k > 1 ? p.split_k : 0;
   if (p.stream_k) {
     const long long units = static_cast<long long>(p.tiles) * p.sub_iters;
     int per_cu = int(iarg("occupancy", 4));
     per_cu = std::min(per_cu, g_dev.lds_bytes / std::max(l.smem + 16, 1));
     per_cu = std::min(per_cu, 8);
-    const long long slots = static_cast<long long>(g_dev.sms) * per_cu;
-    const long long ctas = sk::stream_k_ctas(units, slots, p.wk * sk::iters_per_block(sk::row_blocks(l.mp), LB));
+    const long long slots = static_cast<long long>(l.sms) * per_cu;
+    const long long ctas = fp8dk::skinny::stream_k_ctas(units, slots, p.wk * fp8dk::skinny::iters_per_block(fp8dk::skinny::row_blocks(l.mp), LB));
     l.grid = dim3(static_cast<unsigned>(ctas));
-    shared_slices = sk::tiles_unshared(units, ctas, p.sub_iters) ? 0 : sk::max_contributions(units, ctas, p.sub_iters);
+    shared_slices = fp8dk::skinny::tiles_unshared(units, ctas, p.sub_iters) ? 0 : fp8dk::skinny::max_contributions(units, ctas, p.sub_iters);
   }
   std::printf("plan wn=%d wk=%d block_n=%d tiles=%d split_k=%d stream_k=%d sub_iters=%d block_elems=%d "
               "b_access=%d mp=%d contributions=%d\n",
@@ -477,10 +547,10 @@ void launch_plan(GemmLaunch l, const unsigned char* a, const unsigned char* b, u
   }
   fp8dk::LaunchShape shape;
   shape.grid = l.grid;
-  shape.block = dim3(sk::kThreads);
+  shape.block = dim3(fp8dk::skinny::kThreads);
   shape.smem_bytes = l.smem;
   run("skinny_gemm_kernel", shape, 16 /* __shared__ unsigned arrived, padded */, [&] {
-    sk::skinny_gemm_kernel<Ab, Out, MP, LB>(a, b, out, bias, scale_a, scale_b, ws, counters, p);
+    fp8dk::skinny::skinny_gemm_kernel<Ab, Out, MP, LB>(a, b, out, bias, scale_a, scale_b, ws, counters, p);
   });
   if (counters != nullptr && !g_dry)
     for (int t = 0; t < p.tiles; ++t)
@@ -511,7 +581,8 @@ void op_gemm() {
     a_stride = padded;
     std::printf("plan a_copied=1\n");
   }
-  const GemmLaunch l = plan_launch(m, n, k, fp8, b, a_stride, iarg("b_stride"), iarg("out_stride"));
+  const fp8dk::SkinnyGemmShape shape{m, n, k, fp8, a_stride, iarg("b_stride"), iarg("out_stride")};
+  const skinny_launcher::Launch l = skinny_launcher::plan_launch(shape, skinny_launcher::WeightTensor{b});
   auto with_ab = [&](auto&& f) {
     if (ab == "fn") f(fp8dk::E4m3fn{});
     else if (ab == "fnuz") f(fp8dk::E4m3fnuz{});
@@ -522,7 +593,7 @@ void op_gemm() {
     with_16bit(arg("out"), [&](auto out_fmt) {
       using Out = decltype(out_fmt);
       auto by_mp = [&](auto MP) {
-        constexpr int kEb = sk::Operand<Ab>::kBytes;
+        constexpr int kEb = fp8dk::skinny::Operand<Ab>::kBytes;
         auto by_lb = [&](auto LB) {
           launch_plan<Ab, Out, decltype(MP)::value, decltype(LB)::value>(l, a, b, out, bias, scale_a, scale_b);
         };
