@@ -49,7 +49,12 @@ def test_rms_norm_nan(kernel, device, dtype, out_dtype):
 @pytest.mark.parametrize("out_dtype", FP8_DTYPES, ids=("e4m3fn", "e4m3fnuz"))
 @pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=("fp16", "bf16"))
 def test_silu_and_mul_nan(kernel, device, dtype, out_dtype):
-    x = special_rows(dtype, device, hidden=38)
+    x = torch.randn(4, 38, dtype=dtype, device=device)  # gate = x[:, :19], up = x[:, 19:]
+    x[0, 3] = float("nan")  # NaN gate
+    x[1, 19 + 5] = float("inf")  # inf * silu(gate): +-inf, saturated
+    x[2, 19 + 0] = float("-inf")
+    x[2, 19 + 1] = float("nan")  # NaN up
+    x[3, 2], x[3, 19 + 2] = 0.0, float("inf")  # silu(0) * inf = NaN
     scale = torch.tensor([2.0**-6], device=device)
     out = kernel.silu_and_mul(x, scale, out_dtype)
     assert_nan_rule(out, kernel.reference.silu_and_mul_ref(x, scale, out_dtype))
