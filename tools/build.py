@@ -189,6 +189,16 @@ def find_cuda_home() -> str:
     return str(Path(nvcc).resolve().parent.parent)
 
 
+def nvcc_release() -> str:
+    """"cu130" for nvcc 13.0: the nvcc of find_cuda_home()."""
+    nvcc = Path(find_cuda_home()) / "bin" / "nvcc"
+    out = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True).stdout
+    match = re.search(r"release (\d+)\.(\d+)", out)
+    if match is None:
+        raise BuildError(f"could not read the CUDA release from `{nvcc} --version`")
+    return f"cu{match.group(1)}{match.group(2)}"
+
+
 @contextlib.contextmanager
 def cpu_torch_cuda_objects():
     """Lets cpp_extension compile .cu files against a CPU-only torch (toolchain.md, "CUDAExtension with CPU
@@ -216,7 +226,8 @@ def log(message: str) -> None:
 @contextlib.contextmanager
 def ninja_progress(verbose: bool):
     """cpp_extension runs ninja silently unless verbose (then it shows every full compiler command). This shows
-    one line per compile step instead: "[2/5] compiling rmsnorm_fp8/rmsnorm_cpu.cpp". A failed build raises the
+    one line per finished compile step instead: "[2/5] compiled rmsnorm_fp8/rmsnorm_cpu.cpp" (ninja reports a
+    step when it ends; a CUDA source takes minutes). A failed build raises the
     same RuntimeError, with ninja's whole output, as cpp_extension's own runner."""
     run_ninja = cpp_extension._run_ninja_build
     if verbose:
@@ -237,7 +248,7 @@ def ninja_progress(verbose: bool):
             if step is None:
                 continue
             source = re.search(rb" -c (\S+)", step.group(3))
-            what = "linking" if source is None else "compiling " + os.path.relpath(source.group(1).decode(), REPO)
+            what = "linked" if source is None else "compiled " + os.path.relpath(source.group(1).decode(), REPO)
             log(f"[{step.group(1).decode()}/{step.group(2).decode()}] {what}")
         if proc.wait() != 0:
             message = error_prefix
@@ -372,7 +383,8 @@ def main() -> int:
         archs = rocm_archs(flags_of(components, "rocm-archs"))
         os.environ["PYTORCH_ROCM_ARCH"] = ";".join(archs)
 
-    variant = f"{backend}-compile-only" if cross_compile else variant_name(backend)
+    # Compile-only objects per nvcc release, so that checks with two CUDA versions do not rebuild each other's.
+    variant = f"{backend}-compile-only-{nvcc_release()}" if cross_compile else variant_name(backend)
     ext_dir = BUILD / "_ext" / variant
     pick_cxx()  # the C++ compiler compiles the .cpp files and links the library, for every backend
     log(f"building {variant} ({len(sources)} sources; ninja recompiles what changed)")
