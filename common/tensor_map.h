@@ -27,7 +27,8 @@ inline EncodeTiled encode_tiled() {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult found{};
     // The CUDA 12.0 ABI of the function (the one this signature declares).
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+    const cudaError_t e =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
     if (e == cudaSuccess && found == cudaDriverEntryPointSuccess) fn = reinterpret_cast<EncodeTiled>(p);
   });
   TORCH_CHECK(fn != nullptr, "fp8-decode-kernels: the CUDA driver has no cuTensorMapEncodeTiled");

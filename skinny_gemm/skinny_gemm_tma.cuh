@@ -141,10 +141,10 @@ FP8DK_DEVICE void add_partials(const Epilogue& e, const float* ws, long long sli
   }
 }
 
-// map_a: a [m, k] in boxes [nt * 8, box_elems]; map_b: b [n, k] in boxes [block_n, box_elems] (both 128-byte
-// swizzle, tools: common/tensor_map.h). out [m, n] (row stride p.out_stride), bias [n] or null; FP8:
-// scale_a / scale_b one float each, read on the device. p.ctas CTAs of kTmaThreads threads, p.smem_bytes of
-// dynamic shared memory. ws [p.contributions, m, n] and counters [p.tiles] (zero on entry, left zero) when
+// map_a: a [m, k] in boxes [nt * 8, box_elems]; map_b: b [n, k] in boxes [block_n, box_elems], both with the
+// 128-byte swizzle (host side: common/tensor_map.h). out [m, n] (row stride p.out_stride), bias [n] or null;
+// FP8: scale_a / scale_b one float each, read on the device. p.ctas CTAs of kTmaThreads threads, p.smem_bytes
+// of dynamic shared memory. ws [p.contributions, m, n] and counters [p.tiles] (zero on entry, left zero) when
 // p.contributions > 1.
 template <class Ab, class Out, int NT, int RB>
 __global__ void __launch_bounds__(kTmaThreads, 1)
@@ -284,7 +284,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     int index, count;
     tile_contributions(p, tile, index, count);
     if (count == 1) {
-      for (int i = threadIdx.x; i < items; i += threads) finish<Out>(e, i / cols, n0 + i % cols, cta_sum(i / cols, i % cols));
+      for (int i = threadIdx.x; i < items; i += threads)
+        finish<Out>(e, i / cols, n0 + i % cols, cta_sum(i / cols, i % cols));
     } else {
       // Same protocol as the portable kernel's workspace reduction (skinny_gemm_reduce.cuh): partials in K
       // order, the last CTA to arrive adds them and resets the tile's counter.
