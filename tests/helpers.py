@@ -103,3 +103,19 @@ def opcheck_utils(*tensors) -> tuple:
     if any(isinstance(t, torch.Tensor) and t.dtype in FP8_DTYPES for t in tensors):
         return utils[1:]
     return utils
+
+
+def launched_kernels(fn, name_part: str) -> list:
+    """Names of the GPU kernels containing `name_part` that `fn` launches, from the profiler (skips where it
+    records none)."""
+    import pytest
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA and name_part in e.name]
+    if not names:
+        pytest.skip(f"the profiler recorded no {name_part} kernel (CUPTI unavailable?)")
+    return names

@@ -23,6 +23,7 @@ from .helpers import (
     QUANT_OUT,
     ROW_COUNTS,
     assert_bitwise_equal,
+    launched_kernels,
     poisoned,
     row_padded,
     saturating_scale,
@@ -447,20 +448,6 @@ def test_cluster_heuristic_rows(kernel, monkeypatch, rows):
     assert_bitwise_equal(residual_auto, residual_one, "residual (heuristic vs one CTA per row)")
 
 
-def launched_kernels(fn) -> list:
-    """Names of the GPU kernels `fn` launches, from the profiler (skips where it records none)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA and "rms_norm" in e.name]
-    if not names:
-        pytest.skip("the profiler recorded no rms_norm kernel (CUPTI unavailable?)")
-    return names
-
-
 @needs_clusters
 @pytest.mark.parametrize("setting,rows,want", [("0", 4, "one-cta"), ("4", 4, "cluster"), ("8", 300, "cluster"),
                                                (None, 4, "cluster"), (None, 1000, "one-cta")],
@@ -478,7 +465,8 @@ def test_cluster_override_selects_kernel(kernel, monkeypatch, setting, rows, wan
     out = torch.empty(shape, dtype=torch.float8_e4m3fn, device="cuda")
     scale = torch.tensor([0.05], device="cuda")
     kernel.ops.fused_add_rms_norm(out, x, residual, weight, EPS, scale)  # first-call setup outside the profile
-    names = launched_kernels(lambda: kernel.ops.fused_add_rms_norm(out, x, residual, weight, EPS, scale))
+    names = launched_kernels(lambda: kernel.ops.fused_add_rms_norm(out, x, residual, weight, EPS, scale),
+                             "rms_norm")
     cluster = [n for n in names if "rms_norm_cluster_kernel" in n]
     assert (len(cluster) == len(names)) if want == "cluster" else not cluster, names
 
@@ -580,7 +568,7 @@ def test_persistent_selects_kernel(kernel, monkeypatch, case):
     scale = torch.tensor([0.05], device="cuda")
     call = lambda: run_op(kernel, fused, out, x, residual, weight, scale)  # noqa: E731
     call()  # first-call setup outside the profile
-    names = launched_kernels(call)
+    names = launched_kernels(call, "rms_norm")
     persistent = [n for n in names if "rms_norm_persistent_kernel" in n]
     assert (len(persistent) == len(names)) if want else not persistent, names
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from .conftest import HAS_GPU
-from .helpers import FP8_DTYPES, assert_bitwise_equal, poisoned
+from .helpers import FP8_DTYPES, assert_bitwise_equal, launched_kernels, poisoned
 from .test_skinny_gemm import assert_gemm_close
 
 pytestmark = pytest.mark.skipif(not HAS_GPU, reason="no GPU: torch.cuda.is_available() is False")
@@ -152,20 +152,6 @@ def test_zero_k_and_empty(kernel):
 # ------------------------------------------------------------------------------------------ kernel choice, accuracy
 
 
-def launched_kernels(fn) -> list:
-    """Names of the GPU kernels `fn` launches, from the profiler (skips where it records none)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA and "skinny_gemm" in e.name]
-    if not names:
-        pytest.skip("the profiler recorded no skinny_gemm kernel (CUPTI unavailable?)")
-    return names
-
-
 @pytest.mark.parametrize("case", ("aligned", "b_row_stride_8", "b_offset_8", "k_below_box", "tma_off",
                                   "portable_knob"))
 def test_kernel_choice(kernel, monkeypatch, gemm_path, case):
@@ -187,7 +173,7 @@ def test_kernel_choice(kernel, monkeypatch, gemm_path, case):
         b = b.view(torch.float8_e4m3fn).view(n, k)
         assert b.data_ptr() % 16 == 8
     out = poisoned((m, n), out_dtype, "cuda")
-    names = launched_kernels(lambda: kernel.ops.skinny_gemm(out, a, b, sa, sb, bias))
+    names = launched_kernels(lambda: kernel.ops.skinny_gemm(out, a, b, sa, sb, bias), "skinny_gemm")
     assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
     expect_tma = is_hopper() and gemm_path == "tma" and case in ("aligned", "k_below_box")
     assert any("skinny_gemm_tma_kernel" in x for x in names) == expect_tma, names
