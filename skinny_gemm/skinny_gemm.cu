@@ -131,7 +131,7 @@ bool plan_tma_launch(const fp8dk::SkinnyGemmShape& s, const at::Tensor& a_rows, 
   o.stages = env_int("FP8DK_SKINNY_TMA_STAGES");
   if (std::getenv("FP8DK_SKINNY_TMA_WHOLE_TILES") != nullptr)
     o.whole_tiles = env_flag("FP8DK_SKINNY_TMA_WHOLE_TILES", false) ? 1 : 0;
-  const int smem = fp8dk::max_shared_memory_per_block() - 1024;  // static shared memory and slack
+  const int smem = fp8dk::max_shared_memory_per_block() - kTmaSmemReserve;
   const bool planned = plan_tma(static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), eb,
                                 fp8dk::multiprocessor_count(), smem, o, t.plan);
   TORCH_CHECK(planned || (o.wk == 0 && o.rb == 0 && o.boxes == 0 && o.stages == 0), "skinny_gemm: ",

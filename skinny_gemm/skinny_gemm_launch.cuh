@@ -135,15 +135,12 @@ struct TmaLaunch {
 template <class Ab, class Out, int NT, int RB>
 void launch_tma(const TmaLaunch& t, const Args& x, const at::Tensor& like, cudaStream_t stream) {
   auto* kernel = &skinny_gemm_tma_kernel<Ab, Out, NT, RB>;
-  // Raised once per kernel to the most any plan asks (the device's opt-in limit).
-  static const bool raised = [&] {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        fp8dk::max_shared_memory_per_block() - 1024));
-    return true;
-  }();
-  (void)raised;
   const TmaPlan& p = t.plan;
+  // Per call (the attribute belongs to the current device's copy of the kernel), and always to the most any
+  // plan asks (the opt-in limit less skinny_gemm.cu's reserve), so it never drops below a captured launch's.
+  C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      fp8dk::max_shared_memory_per_block() - kTmaSmemReserve));
   float* ws = nullptr;
   unsigned* counters = nullptr;
   at::Tensor workspace;

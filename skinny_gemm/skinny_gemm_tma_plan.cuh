@@ -24,6 +24,7 @@ constexpr int kTmaThreads = (kTmaConsumerWarps + 1) * 32;
 constexpr int kTmaMaxStages = 16;        // barriers reserved in shared memory
 constexpr int kTmaMinUnitsPerCta = 4;    // a CTA streams at least this many stages (small problems)
 constexpr int kTmaAlignSlack = 1024;     // dynamic shared memory is aligned up to the swizzle atom in the kernel
+constexpr int kTmaSmemReserve = 1024;    // of the opt-in limit, kept for the kernel's static shared memory
 
 struct TmaPlan {
   int m, n, k;
