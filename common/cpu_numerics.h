@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <torch/all.h>
 
+#include "common/checks.h"
 #include "common/cpu_simd.h"
 
 namespace fp8dk::cpu {
@@ -92,6 +93,30 @@ struct OutputConverter {
     }
   }
 };
+
+#if FP8DK_HAVE_AVX2_PATH
+// OutputConverter on 8 lanes, for the AVX2 paths: the same division, clamp to the flavour's max keeping NaN and
+// encoding, so the same bytes; a 16-bit `Out` is rounded to it.
+template <typename Out>
+struct OutputConverter8 {
+  __m256 scale, bound;
+
+  FP8DK_AVX2 explicit OutputConverter8(const OutputConverter<Out>& cvt)
+      : scale(_mm256_set1_ps(cvt.scale)),
+        bound(_mm256_set1_ps(fp8dk::fp8_max(c10::CppTypeToScalarType<Out>::value))) {}
+
+  FP8DK_AVX2 void store(Out* p, __m256 y) const {
+    if constexpr (is_fp8_v<Out>) {
+      __m256 q = _mm256_div_ps(y, scale);
+      q = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), bound), _mm256_min_ps(bound, q));
+      avx2::store_bytes8(reinterpret_cast<uint8_t*>(p),
+                         avx2::fp8_encode8<std::is_same_v<Out, c10::Float8_e4m3fnuz>>(q));
+    } else {
+      avx2::store8(p, y);
+    }
+  }
+};
+#endif
 
 // sum_i float(a[i]) * float(b[i]) in fp32, accurate to about an ulp like torch's cascade sum, so RMSNorm's
 // rounding of x * rsqrt(mean) rarely differs from the reference's. Fixed-width lanes of independent partial sums

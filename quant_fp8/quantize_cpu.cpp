@@ -14,14 +14,8 @@ using namespace fp8dk::cpu;
 template <typename In, typename Out>
 FP8DK_AVX2 void quantize_row_avx2(const In* src, int64_t d, const OutputConverter<Out>& cvt, Out* dst) {
   const int64_t vec_end = d & ~int64_t{7};
-  const __m256 scale8 = _mm256_set1_ps(cvt.scale);
-  const __m256 bound = _mm256_set1_ps(fp8dk::fp8_max(c10::CppTypeToScalarType<Out>::value));
-  for (int64_t i = 0; i < vec_end; i += 8) {
-    __m256 q = _mm256_div_ps(avx2::load8(src + i), scale8);
-    q = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), bound), _mm256_min_ps(bound, q));
-    avx2::store_bytes8(reinterpret_cast<uint8_t*>(dst + i),
-                       avx2::fp8_encode8<std::is_same_v<Out, c10::Float8_e4m3fnuz>>(q));
-  }
+  const OutputConverter8<Out> cvt8(cvt);
+  for (int64_t i = 0; i < vec_end; i += 8) cvt8.store(dst + i, avx2::load8(src + i));
   for (int64_t i = vec_end; i < d; ++i) dst[i] = cvt(to_float(src[i]));
 }
 #endif

@@ -88,19 +88,10 @@ FP8DK_AVX2 void norm_row_avx2(const In* x, In* residual, const In* weight, int64
   }
   const float inv = 1.f / std::sqrt(sum_squares_avx2(x, cols) / static_cast<float>(cols) + eps);
   const __m256 inv8 = _mm256_set1_ps(inv);
-  [[maybe_unused]] const __m256 scale8 = _mm256_set1_ps(cvt.scale);
-  [[maybe_unused]] const __m256 bound = _mm256_set1_ps(fp8dk::fp8_max(c10::CppTypeToScalarType<Out>::value));
+  const OutputConverter8<Out> cvt8(cvt);
   for (int64_t i = 0; i < vec_end; i += 8) {
     const __m256 normed = avx2::round_to(In{}, _mm256_mul_ps(avx2::load8(x + i), inv8));
-    const __m256 h = avx2::round_to(In{}, _mm256_mul_ps(avx2::load8(weight + i), normed));
-    if constexpr (is_fp8_v<Out>) {
-      __m256 q = _mm256_div_ps(h, scale8);
-      q = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), bound), _mm256_min_ps(bound, q));
-      avx2::store_bytes8(reinterpret_cast<uint8_t*>(out + i),
-                         avx2::fp8_encode8<std::is_same_v<Out, c10::Float8_e4m3fnuz>>(q));
-    } else {
-      avx2::store8(out + i, h);
-    }
+    cvt8.store(out + i, avx2::round_to(In{}, _mm256_mul_ps(avx2::load8(weight + i), normed)));
   }
   norm_row(x, weight, vec_end, cols, inv, cvt, out);
 }

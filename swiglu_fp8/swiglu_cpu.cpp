@@ -29,20 +29,11 @@ template <typename In, typename Out>
 FP8DK_AVX2 void silu_and_mul_row_avx2(const In* x, int64_t d, const OutputConverter<Out>& cvt, Out* out) {
   const In* up = x + d;
   const int64_t vec_end = d & ~int64_t{7};
-  [[maybe_unused]] const __m256 scale8 = _mm256_set1_ps(cvt.scale);
-  [[maybe_unused]] const __m256 bound = _mm256_set1_ps(fp8dk::fp8_max(c10::CppTypeToScalarType<Out>::value));
+  const OutputConverter8<Out> cvt8(cvt);
   for (int64_t i = 0; i < vec_end; i += 8) {
     const __m256 g = avx2::load8(x + i);
     const __m256 e = avx2::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    const __m256 y = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), avx2::load8(up + i));
-    if constexpr (is_fp8_v<Out>) {
-      __m256 q = _mm256_div_ps(y, scale8);
-      q = _mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), bound), _mm256_min_ps(bound, q));
-      avx2::store_bytes8(reinterpret_cast<uint8_t*>(out + i),
-                         avx2::fp8_encode8<std::is_same_v<Out, c10::Float8_e4m3fnuz>>(q));
-    } else {
-      avx2::store8(out + i, y);
-    }
+    cvt8.store(out + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.f), e)), avx2::load8(up + i)));
   }
   silu_and_mul_row(x, vec_end, d, cvt, out);
 }
