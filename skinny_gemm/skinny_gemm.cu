@@ -174,7 +174,13 @@ void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor
   }
   fp8dk::SkinnyGemmShape shape = s;
   shape.a_row_stride = a_rows.stride(0);
-  const Launch l = plan_launch(shape, b);
+  // One plan per call: the copy-engine kernel's where it runs, the portable kernel's otherwise.
+  const TmaLaunch* tma = nullptr;
+#if defined(FP8DK_NVIDIA)
+  TmaLaunch tma_launch;
+  if (plan_tma_launch(shape, a_rows, b, tma_launch)) tma = &tma_launch;
+#endif
+  const Launch l = tma != nullptr ? Launch{} : plan_launch(shape, b);
 
   Args x;
   x.a = static_cast<const unsigned char*>(a_rows.data_ptr());
@@ -183,11 +189,6 @@ void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor
   x.bias = bias ? static_cast<const uint16_t*>(bias->data_ptr()) : nullptr;
   x.scale_a = s.fp8 ? scale_a->data_ptr<float>() : nullptr;
   x.scale_b = s.fp8 ? scale_b->data_ptr<float>() : nullptr;
-  const TmaLaunch* tma = nullptr;
-#if defined(FP8DK_NVIDIA)
-  TmaLaunch tma_launch;
-  if (plan_tma_launch(shape, a_rows, b, tma_launch)) tma = &tma_launch;
-#endif
   const Call c{l, x, a, env_int("FP8DK_SKINNY_SPLIT_K") > 0, stream, tma};
 
   switch (a.scalar_type()) {
