@@ -130,4 +130,10 @@ FP8DK_HOST_DEVICE bool is_aligned(const void* p, int bytes) {
   return (reinterpret_cast<uintptr_t>(p) & uintptr_t(bytes - 1)) == 0;
 }
 
+// Whether every row of a matrix, the first at `p`, rows `row_stride_bytes` apart, starts on a `bytes` boundary
+// (the stride does not matter for a single row).
+FP8DK_HOST_DEVICE bool rows_aligned(const void* p, long long row_stride_bytes, long long rows, int bytes) {
+  return is_aligned(p, bytes) && (rows <= 1 || row_stride_bytes % bytes == 0);
+}
+
 }  // namespace fp8dk

@@ -29,10 +29,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "kernels_ci: fast subset run by kernel-builder's CI (pytest -m kernels_ci)")
 
 
+_LOADED = set()
+
+
 @functools.cache
 def load_kernel(backend: Optional[str]):
     """The kernel module for `backend` ("cpu", or None for the installed torch's own backend)."""
     import kernels
+
+    _LOADED.add((backend,))
 
     overrides = os.environ.get("LOCAL_KERNELS", "")
     if f"{REPO_ID}=" not in overrides:
@@ -67,3 +72,32 @@ def _seed(request):
 def kernel_cpu():
     """The CPU variant, for tests that are about the CPU only."""
     return load_kernel("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _tuning_overrides(monkeypatch):
+    """The kernels read each FP8DK_* override once per process (common/tuning.h). A test that sets one through
+    monkeypatch gets it read again: setenv and delenv here also make every loaded variant forget what it read,
+    and so does the start of every test (the previous test's monkeypatch has undone its settings by then)."""
+
+    def reload():
+        for backend in list(_loaded_backends()):
+            load_kernel(backend).ops._reload_tuning()
+
+    set_env, del_env = monkeypatch.setenv, monkeypatch.delenv
+
+    def setenv(name, value, prepend=None):
+        set_env(name, value, prepend)
+        reload()
+
+    def delenv(name, raising=True):
+        del_env(name, raising)
+        reload()
+
+    monkeypatch.setenv, monkeypatch.delenv = setenv, delenv
+    reload()
+
+
+def _loaded_backends():
+    """The backends load_kernel has loaded in this process (without loading any)."""
+    return [args[0] for args in _LOADED]

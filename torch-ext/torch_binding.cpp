@@ -1,8 +1,13 @@
 #include <torch/all.h>
 #include <torch/library.h>
 
+#include "common/tuning.h"
 #include "registration.h"
 #include "torch_binding.h"
+
+// Forget the FP8DK_* tuning overrides read so far (common/tuning.h): the next launch reads the environment
+// again. For tests and tuning tools that change the environment inside one process.
+static void reload_tuning() { fp8dk::tuning::reload(); }
 
 #if defined(CPU_KERNEL)
 #include "common/cpu_simd.h"
@@ -21,6 +26,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def(
       "skinny_gemm(Tensor! out, Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, Tensor? bias) -> ()");
   ops.def("quantize_fp8(Tensor! out, Tensor input, Tensor scale) -> ()");
+  ops.def("_reload_tuning() -> ()");
+  ops.impl("_reload_tuning", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &reload_tuning));
 
 #if defined(CPU_KERNEL)
   ops.def("cpu_isa() -> str");
