@@ -12,6 +12,8 @@
 //                         capped by shared memory)
 //   FP8DK_SKINNY_TMA_WHOLE_TILES  1: one CTA per tile whenever the tiles fit in one wave, 0: stream-K always
 //                         (unset: one CTA per tile only where that leaves at most 10% of the SMs idle)
+//   FP8DK_SKINNY_TMA_QGMMA 1: multiply with wgmma where the operands are OCP e4m3 (skinny_gemm_qgmma.cuh),
+//                         0: with mma.sync (unset: the plan's choice)
 // and for the portable kernel (any of them set selects it):
 //   FP8DK_SKINNY_BLOCK_N  weight rows per CTA: 16 * RB * WN with WN a power of two <= warps per CTA
 //                         (RB = 1 for M <= 16, 2 above), i.e. 16..128 (M <= 16) or 32..256 (M > 16) on NVIDIA
@@ -131,9 +133,12 @@ bool plan_tma_launch(const fp8dk::SkinnyGemmShape& s, const at::Tensor& a_rows, 
   o.stages = env_int("FP8DK_SKINNY_TMA_STAGES");
   if (std::getenv("FP8DK_SKINNY_TMA_WHOLE_TILES") != nullptr)
     o.whole_tiles = env_flag("FP8DK_SKINNY_TMA_WHOLE_TILES", false) ? 1 : 0;
+  if (std::getenv("FP8DK_SKINNY_TMA_QGMMA") != nullptr)
+    o.qgmma = env_flag("FP8DK_SKINNY_TMA_QGMMA", false) ? 1 : 0;
   const int smem = fp8dk::max_shared_memory_per_block() - kTmaSmemReserve;
   const bool planned = plan_tma(static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), eb,
-                                fp8dk::multiprocessor_count(), smem, o, t.plan);
+                                b.scalar_type() == at::kFloat8_e4m3fn, fp8dk::multiprocessor_count(), smem, o,
+                                t.plan);
   TORCH_CHECK(planned || (o.wk == 0 && o.rb == 0 && o.boxes == 0 && o.stages == 0), "skinny_gemm: ",
               "FP8DK_SKINNY_TMA_WK must divide ", kTmaConsumerWarps, ", FP8DK_SKINNY_TMA_BOXES be a multiple of it, ",
               "FP8DK_SKINNY_TMA_RB be 1 or 2, and the ring hold 2 stages");

@@ -132,9 +132,9 @@ struct TmaLaunch {
   CUtensorMap map_a, map_b;
 };
 
-template <class Ab, class Out, int NT, int RB>
+template <class Ab, class Out, int NT, int RB, bool kQgmma = false>
 void launch_tma(const TmaLaunch& t, const Args& x, const at::Tensor& like, cudaStream_t stream) {
-  auto* kernel = &skinny_gemm_tma_kernel<Ab, Out, NT, RB>;
+  auto* kernel = &skinny_gemm_tma_kernel<Ab, Out, NT, RB, kQgmma>;
   const TmaPlan& p = t.plan;
   // Per call (the attribute belongs to the current device's copy of the kernel), and always to the most any
   // plan asks (the opt-in limit less skinny_gemm.cu's reserve), so it never drops below a captured launch's.
@@ -165,6 +165,16 @@ inline bool tma_kernel_available() {
 
 template <class Ab, class Out>
 void dispatch_tma(const TmaLaunch& t, const Args& x, const at::Tensor& like, cudaStream_t stream) {
+  if constexpr (std::is_same_v<Ab, fp8dk::E4m3fn>) {
+    if (t.plan.qgmma) {
+      switch (t.plan.nt) {
+        case 1: return launch_tma<Ab, Out, 1, 1, true>(t, x, like, stream);
+        case 2: return launch_tma<Ab, Out, 2, 1, true>(t, x, like, stream);
+        case 3: return launch_tma<Ab, Out, 3, 1, true>(t, x, like, stream);
+        default: return launch_tma<Ab, Out, 4, 1, true>(t, x, like, stream);
+      }
+    }
+  }
   const int key = t.plan.nt * 2 + t.plan.rb - 1;
   switch (key) {
     case 2: return launch_tma<Ab, Out, 1, 1>(t, x, like, stream);

@@ -27,9 +27,12 @@
 #if defined(FP8DK_NVIDIA)  // nothing on ROCm: the AMD build keeps the portable kernel
 #include <cuda.h>  // CUtensorMap
 
+#include <type_traits>
+
 #include "common/grid_dependency.cuh"
 #include "common/tma.cuh"
 #include "skinny_gemm/skinny_gemm_mma_nv.cuh"
+#include "skinny_gemm/skinny_gemm_qgmma.cuh"
 #include "skinny_gemm/skinny_gemm_reduce.cuh"
 
 namespace fp8dk {
@@ -145,8 +148,9 @@ FP8DK_DEVICE void add_partials(const Epilogue& e, const float* ws, long long sli
 // 128-byte swizzle (host side: common/tensor_map.h). out [m, n] (row stride p.out_stride), bias [n] or null;
 // FP8: scale_a / scale_b one float each, read on the device. p.ctas CTAs of kTmaThreads threads, p.smem_bytes
 // of dynamic shared memory. ws [p.contributions, m, n] and counters [p.tiles] (zero on entry, left zero) when
-// p.contributions > 1.
-template <class Ab, class Out, int NT, int RB>
+// p.contributions > 1. kQgmma: the warpgroups multiply with wgmma (skinny_gemm_qgmma.cuh; e4m3fn, RB = 1, a
+// warpgroup's 4 warps are 4 consecutive warp rows: p.wn is 4 or 8), else each warp with mma.sync.
+template <class Ab, class Out, int NT, int RB, bool kQgmma = false>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     skinny_gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                            uint16_t* __restrict__ out, const uint16_t* __restrict__ bias,
@@ -252,7 +256,17 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       tma::wait(full + stage, phase);
       for (int box = wk; box < p.boxes && (kb * p.boxes + box) * p.box_elems < p.k; box += p.wk) {
         const uint32_t wbox = ring_addr + stage * p.stage_bytes + box * box_bytes;
-        multiply_box<Ab, NT, RB>(acc, wbox, wbox + p.weight_box_bytes, row0, lane);
+        if constexpr (kQgmma) {
+#if defined(FP8DK_QGMMA)
+          static_assert(RB == 1 && std::is_same_v<Ab, E4m3fn>, "wgmma: OCP e4m3, one row block per warp");
+          const int group_row0 = (wn & ~3) * kRowBlock;  // the warpgroup's first of 64 rows
+          qgmma_box<NT>(acc[0], wbox + group_row0 * kTmaBoxBytes, wbox + p.weight_box_bytes);
+#else
+          __trap();
+#endif
+        } else {
+          multiply_box<Ab, NT, RB>(acc, wbox, wbox + p.weight_box_bytes, row0, lane);
+        }
       }
       __syncwarp();
       if (lane == 0) tma::arrive(empty + stage);

@@ -45,37 +45,58 @@ struct TmaPlan {
   int smem_bytes;        // dynamic shared memory to request (alignment slack included)
   int ctas;              // persistent grid
   int contributions;     // most CTAs one tile meets (1: every tile computed by one CTA, no workspace)
+  int qgmma;             // 1: warpgroups multiply with wgmma (skinny_gemm_qgmma.cuh), 0: warps with mma.sync
 };
 
 // Overrides (tuning and tests; 0 = the plan's choice).
 struct TmaOverrides {
   int wk = 0, rb = 0, boxes = 0, stages = 0;
   int whole_tiles = -1;  // 1: one CTA per tile whenever the tiles fit in one wave; 0: never; -1: the plan's rule
+  int qgmma = -1;        // 1: wgmma (OCP e4m3 only), 0: mma.sync, -1: the plan's choice
 };
 
-// `smem_limit`: dynamic shared memory a block may opt in to. Returns false (p untouched) where the kernel
-// cannot run the problem: then the portable kernel does.
-inline bool plan_tma(int m, int n, int k, int elem_bytes, int sms, int smem_limit, const TmaOverrides& o,
-                     TmaPlan& out) {
+// `smem_limit`: dynamic shared memory a block may opt in to; `ocp_e4m3`: the operands are OCP e4m3 (what
+// wgmma multiplies). Returns false (p untouched) where the kernel cannot run the problem: then the portable
+// kernel does.
+inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms, int smem_limit,
+                     const TmaOverrides& o, TmaPlan& out) {
   if (m < 1 || m > 32 || n < 1 || k < 1) return false;
   TmaPlan p{};
   p.m = m, p.n = n, p.k = k;
   p.nt = (m + 7) / 8;
   const int mp = p.nt * 8;
-  // Per token count, the best of a tuning grid on an H100 (benchmarks/results/nvidia-h100/session8-2026-11-25/
-  // tune-*.json: 405B qkv, gate_up, down at M = 1..32): 512-1024 contiguous bytes of each weight row per stage
-  // (4-8 boxes) beat 128-256 by 6-10% at every shape; above 8 tokens, tiles of 64 rows with the boxes shared
-  // among 2-4 warp columns; above 16, two row blocks per warp (the activation fragments and their FP8 unpack
-  // then serve 32 rows). Above 8 tokens, where tiles of 128 rows come out at one per SM (N = 16384 on 132
-  // SMs: 405B down and o), those with 2 boxes per stage instead: no tile is shared (1.08-1.13x, down M = 16-32).
+  // mma.sync tilings: per token count, the best of a tuning grid on an H100 (benchmarks/results/nvidia-h100/
+  // session8-2026-11-25/tune-*.json: 405B qkv, gate_up, down at M = 1..32): 512-1024 contiguous bytes of each
+  // weight row per stage (4-8 boxes) beat 128-256 by 6-10% at every shape; above 8 tokens, tiles of 64 rows
+  // with the boxes shared among 2-4 warp columns; above 16, two row blocks per warp (the activation fragments
+  // and their FP8 unpack then serve 32 rows). Above 8 tokens, where tiles of 128 rows come out at one per SM
+  // (N = 16384 on 132 SMs: 405B down and o), those with 2 boxes per stage instead: no tile is shared
+  // (1.08-1.13x, down M = 16-32).
+  //
+  // wgmma (OCP e4m3 above 8 tokens, session 9: benchmarks/results/nvidia-h100/session9-2026-11-25/
+  // tune-qgmma.json, the 8 decode shapes at M = 1..32): the warpgroups split 8 boxes along K over 64-row
+  // tiles, or, for whole tiles, stand side by side over 128 rows with 2 boxes. At M = 16-32 it beat the
+  // mma.sync tilings by up to 1.3x (8B qkv M = 32) and lost nowhere by more than the noise; at M <= 8 both
+  // run the same speed, and mma.sync's exact accumulation stays.
   const int sm_tiles = ceil_div(n, 8 * kRowBlock);  // tiles of 128 rows
   const bool whole_tiles = p.nt >= 2 && sm_tiles <= sms && 10 * sm_tiles >= 9 * sms;
-  const int default_wk = whole_tiles ? 2 : p.nt == 1 ? 1 : p.nt == 2 ? 2 : 4;
-  p.rb = o.rb ? o.rb : (whole_tiles || p.nt >= 3 ? 2 : 1);
+  p.qgmma = ocp_e4m3 && (o.qgmma >= 0 ? o.qgmma == 1 : p.nt >= 2) ? 1 : 0;
+  int default_wk, default_rb, default_boxes;
+  if (p.qgmma) {
+    default_wk = p.nt == 1 || whole_tiles ? 1 : 2;
+    default_rb = 1;
+    default_boxes = p.nt == 1 ? 4 : whole_tiles ? 2 : 8;
+  } else {
+    default_wk = whole_tiles ? 2 : p.nt == 1 ? 1 : p.nt == 2 ? 2 : 4;
+    default_rb = whole_tiles || p.nt >= 3 ? 2 : 1;
+    default_boxes = whole_tiles ? 2 : p.nt == 2 ? 8 : 4;
+  }
+  p.rb = o.rb ? o.rb : default_rb;
   p.wk = o.wk ? o.wk : default_wk;
-  const int default_boxes = whole_tiles ? 2 : p.nt == 2 ? 8 : 4;
   p.boxes = o.boxes ? o.boxes : (default_boxes + p.wk - 1) / p.wk * p.wk;
   if ((p.rb != 1 && p.rb != 2) || kTmaConsumerWarps % p.wk != 0 || p.boxes % p.wk != 0) return false;
+  // A wgmma warpgroup is 4 warps along N of one row block each: tilings forced otherwise keep mma.sync.
+  if (p.rb != 1 || p.wk > 2) p.qgmma = 0;
   p.wn = kTmaConsumerWarps / p.wk;
   p.block_n = p.wn * kRowBlock * p.rb;
   p.tiles = ceil_div(n, p.block_n);

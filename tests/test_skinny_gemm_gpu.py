@@ -8,9 +8,11 @@ tiles shared by many CTAs, the split grid and split-K forced through the environ
 reduction, bitwise-identical reruns), NaN propagation of the FP8 unpack, 64-bit
 offsets (N * K > 2^31), CUDA graphs and torch.compile. Skips without a GPU.
 
-Every test runs twice (the `gemm_path` fixture): with the copy-engine kernel wherever it can run (Hopper;
-skinny_gemm_tma.cuh), and with FP8DK_SKINNY_TMA=0 (the portable kernel). Tests that force the portable
-kernel's knobs run it on both passes. Where the copy engine cannot serve (no Hopper, rows of b not 16-byte
+Every test runs three times (the `gemm_path` fixture): with the copy-engine kernel wherever it can run
+(Hopper; skinny_gemm_tma.cuh) multiplying with mma.sync (FP8DK_SKINNY_TMA_QGMMA=0: exact products, fp32
+sums), with it multiplying through wgmma wherever the operands are OCP e4m3 (FP8DK_SKINNY_TMA_QGMMA=1;
+skinny_gemm_qgmma.cuh: what the plan picks above 8 tokens), and with FP8DK_SKINNY_TMA=0 (the portable
+kernel). Tests that force the portable kernel's knobs run it on every pass. Where the copy engine cannot serve (no Hopper, rows of b not 16-byte
 aligned) both passes take the portable kernel; test_kernel_choice checks which kernel ran.
 """
 
@@ -32,10 +34,12 @@ KS = (16, 48, 1000, 6656, 16384)
 DECODE = {"qkv": (2304, 16384), "gate_up": (13312, 16384), "down": (16384, 6656)}
 
 
-@pytest.fixture(params=("tma", "portable"), autouse=True)
+@pytest.fixture(params=("tma", "qgmma", "portable"), autouse=True)
 def gemm_path(request, monkeypatch) -> str:
     if request.param == "portable":
         monkeypatch.setenv("FP8DK_SKINNY_TMA", "0")
+    else:
+        monkeypatch.setenv("FP8DK_SKINNY_TMA_QGMMA", "1" if request.param == "qgmma" else "0")
     return request.param
 
 
@@ -175,8 +179,23 @@ def test_kernel_choice(kernel, monkeypatch, gemm_path, case):
     out = poisoned((m, n), out_dtype, "cuda")
     names = launched_kernels(lambda: kernel.ops.skinny_gemm(out, a, b, sa, sb, bias), "skinny_gemm")
     assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
-    expect_tma = is_hopper() and gemm_path == "tma" and case in ("aligned", "k_below_box")
+    expect_tma = is_hopper() and gemm_path != "portable" and case in ("aligned", "k_below_box")
     assert any("skinny_gemm_tma_kernel" in x for x in names) == expect_tma, names
+    if expect_tma and gemm_path == "qgmma":
+        assert all(", true>" in x for x in names if "skinny_gemm_tma_kernel" in x), names
+
+
+@pytest.mark.parametrize("dtype", (torch.float8_e4m3fnuz, torch.bfloat16), ids=("e4m3fnuz", "bf16"))
+def test_qgmma_only_for_ocp_e4m3(kernel, monkeypatch, gemm_path, dtype):
+    """FP8DK_SKINNY_TMA_QGMMA=1 asks for wgmma, which multiplies OCP e4m3 only: other operands keep mma.sync
+    on the copy-engine kernel (and are right)."""
+    if not is_hopper() or gemm_path != "qgmma":
+        pytest.skip("the wgmma pass on Hopper")
+    a, b, sa, sb, bias, out_dtype = operands(7, 300, 1024, dtype, bias=True)
+    out = poisoned((7, 300), out_dtype, "cuda")
+    names = launched_kernels(lambda: kernel.ops.skinny_gemm(out, a, b, sa, sb, bias), "skinny_gemm_tma_kernel")
+    assert_gemm_close(out, a, b, sa, sb, bias, kernel.reference)
+    assert not any(", true>" in x for x in names), names
 
 
 @pytest.mark.parametrize("m", (1, 8, 16, 24, 32))

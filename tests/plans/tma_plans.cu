@@ -12,7 +12,7 @@ int main() {
   int m, n, k, eb, sms, smem;
   while (std::scanf("%d %d %d %d %d %d", &m, &n, &k, &eb, &sms, &smem) == 6) {
     TmaPlan p;
-    if (!fp8dk::skinny::plan_tma(m, n, k, eb, sms, smem, TmaOverrides{}, p)) {
+    if (!fp8dk::skinny::plan_tma(m, n, k, eb, eb == 1, sms, smem, TmaOverrides{}, p)) {
       std::printf("{\"planned\": false}\n");
       continue;
     }
