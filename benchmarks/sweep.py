@@ -19,7 +19,6 @@ shape) and OUT/<suite>.png (latency and % of copy bandwidth against rows).
 """
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import functools
@@ -689,28 +688,13 @@ def progress_line(index: int, total: int, elapsed_s: float, record: dict) -> str
     return f"{head}: " + " | ".join(parts)
 
 
-@contextlib.contextmanager
-def environment(values: dict):
-    """The environment variables `values` set for the duration of the block, then restored. Our launchers read
-    their overrides (FP8DK_*) at every launch, so this also holds while a graph is captured."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def with_environment(fn: Callable, values: dict) -> Callable:
-    """fn(inputs) with the environment variables `values` set (our launchers read their overrides per call,
-    so a graph captured through this runs the launch they pick)."""
+def with_environment(fn: Callable, values: dict, k) -> Callable:
+    """fn(inputs) with the environment variables `values` set through the kernel's tuning_overrides, which makes
+    the kernels read their overrides (FP8DK_*) again, so a graph captured through this runs the launch they
+    pick."""
 
     def run(inputs):
-        with environment(values):
+        with k.tuning_overrides(values):
             return fn(inputs)
 
     return run
@@ -725,19 +709,20 @@ def baselines(args) -> dict:
     return peers
 
 
-def add_baselines(cases: list, peers: dict) -> None:
-    """Puts our kernels under each environment of `peers` right after 'ours' in every case (cases of one
-    family may share an impls dict)."""
+def add_baselines(cases: list, peers: dict, k) -> None:
+    """Puts our kernels (those of the kernel module `k`) under each environment of `peers` right after 'ours' in
+    every case (cases of one family may share an impls dict)."""
     for case in cases:
         ours = case.impls["ours"]
         others = {name: fn for name, fn in case.impls.items() if name != "ours"}
-        case.impls = {"ours": ours, **{label: with_environment(ours, env) for label, env in peers.items()}, **others}
+        tuned = {label: with_environment(ours, env, k) for label, env in peers.items()}
+        case.impls = {"ours": ours, **tuned, **others}
 
 
 def run_suites(args, k, plan: Plan, timer, rotation: int, copy_gbps: float) -> list:
     cases = {suite: list(SUITE_CASES[suite](k, plan, args.device, args.dtype, args.compile))
              for suite in args.suite}
-    add_baselines([c for suite_cases in cases.values() for c in suite_cases], baselines(args))
+    add_baselines([c for suite_cases in cases.values() for c in suite_cases], baselines(args), k)
     total = sum(len(c) for c in cases.values())
     start = time.monotonic()
     records, index, group = [], 0, None

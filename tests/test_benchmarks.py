@@ -136,7 +136,7 @@ def test_pdl_baseline_follows_ours_and_turns_pdl_off(monkeypatch):
     cases = [sweep.Case(suite="s", name=f"c{i}", table="t", panel="p", series="", label={}, x=i, nbytes=1,
                         make_inputs=dict, impls=shared, check=lambda i: (True, "")) for i in range(2)]
     monkeypatch.setenv("FP8DK_PDL", "1")
-    sweep.add_baselines(cases, sweep.baselines(sweep.parse_args(["--pdl-baseline"])))
+    sweep.add_baselines(cases, sweep.baselines(sweep.parse_args(["--pdl-baseline"])), load_kernel(None))
     for case in cases:
         assert list(case.impls) == ["ours", "ours, no PDL", "eager"]
         case.impls["ours, no PDL"]({})
@@ -152,7 +152,7 @@ def test_env_baseline_sets_its_variable_per_call(monkeypatch):
                         make_inputs=dict, impls=shared, check=lambda i: (True, ""))]
     monkeypatch.delenv("FP8DK_RMSNORM_PERSISTENT", raising=False)
     args = sweep.parse_args(["--env-baseline", "FP8DK_RMSNORM_PERSISTENT=0"])
-    sweep.add_baselines(cases, sweep.baselines(args))
+    sweep.add_baselines(cases, sweep.baselines(args), load_kernel(None))
     assert list(cases[0].impls) == ["ours", "ours, FP8DK_RMSNORM_PERSISTENT=0", "eager"]
     cases[0].impls["ours, FP8DK_RMSNORM_PERSISTENT=0"]({})
     cases[0].impls["ours"]({})
