@@ -54,7 +54,7 @@ from typing import Callable, Dict, List, Optional  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import decoder  # noqa: E402
-from sweep import CudaGraphTimer, describe_device, device_slug, git_revision, load_kernel  # noqa: E402
+from sweep import CudaGraphTimer, describe_device, device_slug, git_revision, load_kernel, synced_ms  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -380,24 +380,6 @@ def graph_step_ms(step: Callable[[], torch.Tensor], count: int) -> List[float]:
     return CudaGraphTimer.replay_ms(graph, count)
 
 
-def eager_step_ms(step: Callable[[], torch.Tensor], count: int, device: torch.device) -> List[float]:
-    """Milliseconds of `count` eager steps on the host clock, the device synchronized around each."""
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for _ in range(WARMUP_STEPS):
-        step()
-    samples = []
-    for _ in range(count):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples
-
-
 def category_of(event) -> str:
     """The category of the innermost decode/* profiler range around a CPU event, "other" outside all."""
     while event is not None:
@@ -514,7 +496,7 @@ def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device
     if device.type == "cuda" and not args.no_graph:
         samples = graph_step_ms(step, args.replays)
     else:
-        samples = eager_step_ms(step, args.replays, device)
+        samples = synced_ms(step, args.replays, device, WARMUP_STEPS)
     barrier()
     return out, summarize(samples), profile_breakdown(step, args.profile_steps, device, kernel)
 

@@ -42,8 +42,9 @@ SUITES = ("rmsnorm", "swiglu", "skinny_gemm")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 MB = 1 << 20
 EPS = 1e-6
-# Powers of two, so y / scale is exact and kernels that multiply by 1 / scale quantize the same values as the
-# references, which divide. With them the FP8 codes span most of the e4m3 range.
+# Powers of two, so y / scale is exact and a kernel that multiplies by an approximate 1 / scale (SwiGLU's on the
+# GPU) quantizes the same values as the references, which divide. With them the FP8 codes span most of the e4m3
+# range.
 NORM_SCALE = 2.0**-6
 SWIGLU_SCALE = 2.0**-5
 GEMM_SCALE_A = 1 / 16
@@ -331,6 +332,27 @@ class CpuTimer:
             call()
             samples.append((time.perf_counter() - start) * 1e6)
         return median_summary(samples, calls=len(samples))
+
+
+def synced_ms(fn: Callable[[], object], count: int, device, warmup: int) -> list:
+    """Milliseconds of `count` calls of fn on the host clock, a GPU synchronized around each, after `warmup`
+    calls: eager latency, launches included (decode_step.py's eager steps, tools/demo.py's op table)."""
+    device = torch.device(device)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(count):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
 
 
 def copy_bandwidth(device: str, quick: bool) -> dict:
