@@ -12,25 +12,16 @@ for the 16-bit GEMM. The raw ops write into preallocated outputs, as in the `ker
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+import kernels
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-REPO_ID = "fp8-decode-kernels/fp8-decode-kernels"
 EPS = 1e-6
-
-
-def load_kernel():
-    import kernels
-
-    if f"{REPO_ID}=" not in os.environ.get("LOCAL_KERNELS", ""):
-        os.environ["LOCAL_KERNELS"] = f"{REPO_ID}={REPO}"
-    return kernels.get_kernel(REPO_ID, version=1, backend="cpu")
 
 
 def cases(k):
@@ -131,7 +122,7 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    k = load_kernel()
+    k = kernels.get_local_kernel(REPO, backend="cpu")
     isa = k.ops.cpu_isa() if hasattr(k.ops, "cpu_isa") else "?"
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, ATen CPU capability "
           f"{torch.backends.cpu.get_cpu_capability()}, our kernels' path: {isa}")

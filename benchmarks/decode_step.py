@@ -11,9 +11,10 @@
 Each layer: fused_add_rms_norm (FP8 out) -> QKV GEMM -> RoPE + KV-cache write + SDPA -> FP8 quantize -> O GEMM
 [-> all-reduce] -> fused_add_rms_norm (FP8 out) -> gate_up GEMM -> silu_and_mul (FP8 out) -> down GEMM
 [-> all-reduce]; then the final RMSNorm (no LM head). Two builds of that model share the weights and KV caches:
-"ours" runs the package's decoder (decoder.KERNEL_OPS), "torch" the same modules with torch._scaled_mm for the
-GEMMs and torch.compile'd reference.py functions for the elementwise ops (eager with --no-compile). Attention
-is torch SDPA in both. Weights are random FP8 generated on the device; activation scales are fixed.
+"ours" runs that model (benchmarks/decoder.py, on the kernel's convert modules) with the package's ops
+(convert.KERNEL_OPS), "torch" the same modules with torch._scaled_mm for the GEMMs and torch.compile'd
+reference.py functions for the elementwise ops (eager with --no-compile). Attention is torch SDPA in both.
+Weights are random FP8 generated on the device; activation scales are fixed.
 
 Shapes: --model gives the full model; each GPU runs the per-GPU shard of a TP-S deployment (--shard-of S,
 default 8 for 405B as in the blog, else --tp): heads, KV heads and intermediate size divided by S. With
@@ -41,7 +42,6 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import functools  # noqa: E402
-import importlib  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -53,7 +53,8 @@ from typing import Callable, Dict, List, Optional  # noqa: E402
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from sweep import CudaGraphTimer, describe_device, device_slug, git_revision, load_kernel  # noqa: E402
+import decoder  # noqa: E402
+from sweep import CudaGraphTimer, describe_device, device_slug, git_revision, load_kernel, synced_ms  # noqa: E402
 from torch.autograd import DeviceType  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,12 +189,6 @@ def device_of(args) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
 
 
-def load_decoder_module(args):
-    """The kernel, loaded through `kernels` as benchmarks/sweep.py does, and its decoder module."""
-    kernel = load_kernel(args)
-    return kernel, importlib.import_module(f"{kernel.__name__}.decoder")
-
-
 # ---------------------------------------------------------------- weights
 
 
@@ -315,12 +310,12 @@ def annotated(fn: Callable, category: str) -> Callable:
     return wrapper
 
 
-def annotated_ops(decoder, ops):
-    return decoder.DecodeOps(annotated(ops.add_rms_norm, "RMSNorm"), annotated(ops.silu_and_mul, "SwiGLU"),
+def annotated_ops(convert, ops):
+    return convert.DecodeOps(annotated(ops.add_rms_norm, "RMSNorm"), annotated(ops.silu_and_mul, "SwiGLU"),
                              annotated(ops.gemm, "GEMM"), annotated(ops.quantize, "quant"))
 
 
-def torch_ops(decoder, reference, compile_elementwise: bool):
+def torch_ops(convert, reference, compile_elementwise: bool):
     """The peer build: torch._scaled_mm (cuBLASLt / hipBLASLt) for the GEMMs and reference.py's definitions,
     torch.compile'd (one fused kernel each, recompiled per batch size), for the elementwise ops."""
 
@@ -335,25 +330,26 @@ def torch_ops(decoder, reference, compile_elementwise: bool):
     def maybe_compile(fn):
         return torch.compile(fn, dynamic=False) if compile_elementwise else fn
 
-    return decoder.DecodeOps(maybe_compile(add_rms_norm), maybe_compile(reference.silu_and_mul_ref), gemm,
+    return convert.DecodeOps(maybe_compile(add_rms_norm), maybe_compile(reference.silu_and_mul_ref), gemm,
                              maybe_compile(reference.quantize_fp8))
 
 
-def build_model(decoder, layers: List[LayerWeights], final_norm: torch.Tensor, shard: ModelShape, scales: Scales,
+def build_model(convert, layers: List[LayerWeights], final_norm: torch.Tensor, shard: ModelShape, scales: Scales,
                 ops, all_reduce, dtype, kv_len: int):
-    """The decoder over shared weights, running `ops`, with profiler ranges around every op category."""
-    ops = annotated_ops(decoder, ops)
+    """The decoder over shared weights, running `ops`, with profiler ranges around every op category; its FP8
+    modules from the kernel's `convert`."""
+    ops = annotated_ops(convert, ops)
     attention = annotated(decoder.SdpaDecodeAttention(shard.heads, shard.kv_heads, shard.head_dim), "attention")
     reduce = None if all_reduce is None else annotated(all_reduce, "communication")
 
     def linear(weight, weight_scale, input_scale):
-        return decoder.Fp8Linear(weight, weight_scale, input_scale, None, dtype, ops)
+        return convert.Fp8Linear(weight, weight_scale, input_scale, None, dtype, ops)
 
     blocks = [
         decoder.Fp8DecoderLayer(
             w.input_norm, w.post_norm, shard.eps,
             linear(w.qkv, scales.qkv_w, scales.qkv_in), linear(w.o, scales.o_w, scales.o_in),
-            decoder.Fp8LlamaMLP(linear(w.gate_up, scales.gate_up_w, scales.gate_up_in),
+            convert.Fp8LlamaMLP(linear(w.gate_up, scales.gate_up_w, scales.gate_up_in),
                                 linear(w.down, scales.down_w, scales.down_in), ops),
             attention, reduce, ops)
         for w in layers
@@ -362,7 +358,7 @@ def build_model(decoder, layers: List[LayerWeights], final_norm: torch.Tensor, s
     return decoder.Fp8Decoder(blocks, final_norm, shard.eps, rope, ops)
 
 
-def caches_for(decoder, layers: List[LayerWeights], batch: int):
+def caches_for(layers: List[LayerWeights], batch: int):
     """The first `batch` sequences of every layer's cache (views: the builds share the caches)."""
     return [decoder.KVCache(w.key_cache[:batch], w.value_cache[:batch]) for w in layers]
 
@@ -382,24 +378,6 @@ def graph_step_ms(step: Callable[[], torch.Tensor], count: int) -> List[float]:
         step()
     CudaGraphTimer.replay_ms(graph, WARMUP_STEPS)
     return CudaGraphTimer.replay_ms(graph, count)
-
-
-def eager_step_ms(step: Callable[[], torch.Tensor], count: int, device: torch.device) -> List[float]:
-    """Milliseconds of `count` eager steps on the host clock, the device synchronized around each."""
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for _ in range(WARMUP_STEPS):
-        step()
-    samples = []
-    for _ in range(count):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples
 
 
 def category_of(event) -> str:
@@ -458,7 +436,7 @@ def cpu_breakdown(events, steps: int) -> Breakdown:
     return Breakdown({c: time_us[c] / steps for c in CATEGORIES}, {c: calls[c] / steps for c in CATEGORIES}, [])
 
 
-def profile_breakdown(step: Callable[[], object], steps: int, device: torch.device) -> Breakdown:
+def profile_breakdown(step: Callable[[], object], steps: int, device: torch.device, kernel) -> Breakdown:
     """Per-category time of eager steps. Eager, because kernels replayed from a CUDA graph have no CPU op to
     attribute them to. Without programmatic dependent launch (FP8DK_PDL=0 for the profiled steps): a kernel
     launched with PDL starts while its predecessor still runs and waits for it on the GPU, so its profiled
@@ -467,20 +445,12 @@ def profile_breakdown(step: Callable[[], object], steps: int, device: torch.devi
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    saved_pdl = os.environ.get("FP8DK_PDL")
-    os.environ["FP8DK_PDL"] = "0"
-    try:
-        with torch.profiler.profile(activities=activities) as prof:
-            for _ in range(steps):
-                with torch.profiler.record_function(STEP_LABEL):
-                    step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-    finally:
-        if saved_pdl is None:
-            del os.environ["FP8DK_PDL"]
-        else:
-            os.environ["FP8DK_PDL"] = saved_pdl
+    with kernel.tuning_overrides({"FP8DK_PDL": "0"}), torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            with torch.profiler.record_function(STEP_LABEL):
+                step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     events = prof.events()
     breakdown = kernel_breakdown(events, steps) if device.type == "cuda" else cpu_breakdown(events, steps)
     if breakdown.busy_us > 0 and breakdown.time_us["other"] == breakdown.busy_us:
@@ -516,7 +486,7 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device, barrier) -> tuple:
+def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device, barrier, kernel) -> tuple:
     """Latency samples and breakdown of one build at one batch size; also returns the step's output."""
     def step():
         return model(x, caches, pos)
@@ -526,9 +496,9 @@ def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device
     if device.type == "cuda" and not args.no_graph:
         samples = graph_step_ms(step, args.replays)
     else:
-        samples = eager_step_ms(step, args.replays, device)
+        samples = synced_ms(step, args.replays, device, WARMUP_STEPS)
     barrier()
-    return out, summarize(samples), profile_breakdown(step, args.profile_steps, device)
+    return out, summarize(samples), profile_breakdown(step, args.profile_steps, device, kernel)
 
 
 # ---------------------------------------------------------------- runs
@@ -536,10 +506,9 @@ def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device
 
 @dataclass
 class Setup:
-    """Everything built once per run: the kernel and its decoder module, shapes and weights."""
+    """Everything built once per run: the kernel, shapes and weights."""
 
     kernel: object
-    decoder: object
     shard: ModelShape
     group: ModelShape
     scales: Scales
@@ -550,7 +519,7 @@ class Setup:
 
 
 def make_setup(args, dist_ctx: Dist, device: torch.device) -> Setup:
-    kernel, decoder = load_decoder_module(args)
+    kernel = load_kernel(args)
     full = full_shape(args)
     shard = split_shape(full, args.shard_of)
     group = split_shape(full, args.shard_of // dist_ctx.world)
@@ -566,13 +535,13 @@ def make_setup(args, dist_ctx: Dist, device: torch.device) -> Setup:
         torch.cuda.synchronize(device)
     log(dist_ctx, f"generated {full.layers} layers in {time.perf_counter() - start:.1f} s")
     scales = make_scales(group, kernel.reference.fp8_max(fp8_dtype))
-    return Setup(kernel, decoder, shard, group, scales, layers, final_norm, dtype, fp8_dtype)
+    return Setup(kernel, shard, group, scales, layers, final_norm, dtype, fp8_dtype)
 
 
 def path_ops(setup: Setup, args) -> Dict[str, object]:
     """The ops of the two builds, by name."""
-    return {"ours": setup.decoder.KERNEL_OPS,
-            "torch": torch_ops(setup.decoder, setup.kernel.reference, not args.no_compile)}
+    return {"ours": setup.kernel.convert.KERNEL_OPS,
+            "torch": torch_ops(setup.kernel.convert, setup.kernel.reference, not args.no_compile)}
 
 
 def log(dist_ctx: Dist, message: str) -> None:
@@ -594,7 +563,7 @@ def fresh_compile_cache() -> None:
 
 
 def run_benchmark(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> List[Measurement]:
-    models = {path: build_model(setup.decoder, setup.layers, setup.final_norm, setup.shard, setup.scales, ops,
+    models = {path: build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales, ops,
                                 dist_ctx.all_reduce, setup.dtype, args.kv_len)
               for path, ops in path_ops(setup, args).items()}
     barrier = dist.barrier if dist_ctx.world > 1 else (lambda: None)
@@ -603,10 +572,11 @@ def run_benchmark(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> L
     for batch in args.batch:
         fresh_compile_cache()
         x = batch_input(setup, setup.shard.hidden, batch, args.seed, device)
-        caches = caches_for(setup.decoder, setup.layers, batch)
+        caches = caches_for(setup.layers, batch)
         outputs, measured = {}, {}
         for path in reversed(PATHS):  # torch first: its output is the agreement baseline
-            outputs[path], latency, breakdown = measure(models[path], caches, x, pos, args, device, barrier)
+            outputs[path], latency, breakdown = measure(models[path], caches, x, pos, args, device, barrier,
+                                                         setup.kernel)
             measured[path] = (latency, breakdown)
             log(dist_ctx, f"batch {batch:3d} {path:5s}: {latency['median']:8.3f} ms per step")
         noise = relative_error(models["torch"](half_ulp_perturbed(x, args.seed), caches, pos), outputs["torch"])
@@ -654,17 +624,17 @@ def run_check(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> bool:
                                setup.fp8_dtype) for i in range(len(setup.layers))] if dist_ctx.rank == 0 else []
     for path, ops in path_ops(setup, args).items():
         sharded_outputs, whole_outputs = BlockOutputs(dist_ctx.all_reduce), BlockOutputs(None)
-        sharded = build_model(setup.decoder, setup.layers, setup.final_norm, setup.shard, setup.scales, ops,
+        sharded = build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales, ops,
                               sharded_outputs, setup.dtype, args.kv_len)
-        whole = build_model(setup.decoder, whole_layers, setup.final_norm, setup.group, setup.scales, ops,
+        whole = build_model(setup.kernel.convert, whole_layers, setup.final_norm, setup.group, setup.scales, ops,
                             whole_outputs, setup.dtype, args.kv_len)
         for batch in args.batch:
             fresh_compile_cache()
             x = batch_input(setup, setup.shard.hidden, batch, args.seed, device)
-            got = sharded_outputs.step(sharded, x, caches_for(setup.decoder, setup.layers, batch), pos)
+            got = sharded_outputs.step(sharded, x, caches_for(setup.layers, batch), pos)
             if dist_ctx.rank != 0:
                 continue
-            caches = caches_for(setup.decoder, whole_layers, batch)
+            caches = caches_for(whole_layers, batch)
             expected = whole_outputs.step(whole, x, caches, pos)
             perturbed = whole_outputs.step(whole, half_ulp_perturbed(x, args.seed), caches, pos)
             errors = [relative_error(a, b) for a, b in zip(got, expected)]

@@ -19,7 +19,6 @@ shape) and OUT/<suite>.png (latency and % of copy bandwidth against rows).
 """
 
 import argparse
-import contextlib
 import dataclasses
 import datetime
 import functools
@@ -43,8 +42,9 @@ SUITES = ("rmsnorm", "swiglu", "skinny_gemm")
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 MB = 1 << 20
 EPS = 1e-6
-# Powers of two, so y / scale is exact and kernels that multiply by 1 / scale quantize the same values as the
-# references, which divide. With them the FP8 codes span most of the e4m3 range.
+# Powers of two, so y / scale is exact and a kernel that multiplies by an approximate 1 / scale (SwiGLU's on the
+# GPU) quantizes the same values as the references, which divide. With them the FP8 codes span most of the e4m3
+# range.
 NORM_SCALE = 2.0**-6
 SWIGLU_SCALE = 2.0**-5
 GEMM_SCALE_A = 1 / 16
@@ -332,6 +332,27 @@ class CpuTimer:
             call()
             samples.append((time.perf_counter() - start) * 1e6)
         return median_summary(samples, calls=len(samples))
+
+
+def synced_ms(fn: Callable[[], object], count: int, device, warmup: int) -> list:
+    """Milliseconds of `count` calls of fn on the host clock, a GPU synchronized around each, after `warmup`
+    calls: eager latency, launches included (decode_step.py's eager steps, tools/demo.py's op table)."""
+    device = torch.device(device)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(count):
+        sync()
+        start = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return samples
 
 
 def copy_bandwidth(device: str, quick: bool) -> dict:
@@ -689,28 +710,13 @@ def progress_line(index: int, total: int, elapsed_s: float, record: dict) -> str
     return f"{head}: " + " | ".join(parts)
 
 
-@contextlib.contextmanager
-def environment(values: dict):
-    """The environment variables `values` set for the duration of the block, then restored. Our launchers read
-    their overrides (FP8DK_*) at every launch, so this also holds while a graph is captured."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def with_environment(fn: Callable, values: dict) -> Callable:
-    """fn(inputs) with the environment variables `values` set (our launchers read their overrides per call,
-    so a graph captured through this runs the launch they pick)."""
+def with_environment(fn: Callable, values: dict, k) -> Callable:
+    """fn(inputs) with the environment variables `values` set through the kernel's tuning_overrides, which makes
+    the kernels read their overrides (FP8DK_*) again, so a graph captured through this runs the launch they
+    pick."""
 
     def run(inputs):
-        with environment(values):
+        with k.tuning_overrides(values):
             return fn(inputs)
 
     return run
@@ -725,19 +731,20 @@ def baselines(args) -> dict:
     return peers
 
 
-def add_baselines(cases: list, peers: dict) -> None:
-    """Puts our kernels under each environment of `peers` right after 'ours' in every case (cases of one
-    family may share an impls dict)."""
+def add_baselines(cases: list, peers: dict, k) -> None:
+    """Puts our kernels (those of the kernel module `k`) under each environment of `peers` right after 'ours' in
+    every case (cases of one family may share an impls dict)."""
     for case in cases:
         ours = case.impls["ours"]
         others = {name: fn for name, fn in case.impls.items() if name != "ours"}
-        case.impls = {"ours": ours, **{label: with_environment(ours, env) for label, env in peers.items()}, **others}
+        tuned = {label: with_environment(ours, env, k) for label, env in peers.items()}
+        case.impls = {"ours": ours, **tuned, **others}
 
 
 def run_suites(args, k, plan: Plan, timer, rotation: int, copy_gbps: float) -> list:
     cases = {suite: list(SUITE_CASES[suite](k, plan, args.device, args.dtype, args.compile))
              for suite in args.suite}
-    add_baselines([c for suite_cases in cases.values() for c in suite_cases], baselines(args))
+    add_baselines([c for suite_cases in cases.values() for c in suite_cases], baselines(args), k)
     total = sum(len(c) for c in cases.values())
     start = time.monotonic()
     records, index, group = [], 0, None

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sweep import CudaGraphTimer, copy_bandwidth, describe_device, environment  # noqa: E402
+from sweep import CudaGraphTimer, copy_bandwidth, describe_device  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = {"qkv": (2304, 16384), "o": (16384, 2048), "gate_up": (13312, 16384), "down": (16384, 6656),
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
                                for w in weights], est_us)["median_us"]
             for name, env in configs:
                 try:
-                    with environment(env):
+                    with k.tuning_overrides(env):
                         us = timer.time([lambda w=w: k.skinny_gemm(a, w, scale_a, scale_b, out_dtype=torch.bfloat16)
                                          for w in weights], est_us)["median_us"]
                 except RuntimeError as e:

@@ -1,5 +1,5 @@
 """A transformers Llama running our kernels: RMSNorm swapped in by kernels.kernelize, then the MLPs converted to
-static FP8 (decoder.convert_llama_mlps_to_fp8), each generating tokens, with tokens/s against plain transformers.
+static FP8 (convert.convert_llama_mlps_to_fp8), each generating tokens, with tokens/s against plain transformers.
 
     python tools/build.py                        # once: the local build loaded below
     python examples/llama_kernelize.py           # GPU: Llama-3.1-8B's layer shapes, 4 layers, bf16
@@ -12,7 +12,6 @@ local build through LocalLayerRepository; once the kernel is on the Hub, the sam
 """
 
 import argparse
-import importlib
 import logging
 import time
 from pathlib import Path
@@ -84,7 +83,6 @@ def main() -> None:
     # kernelize warns about every decorated layer without a mapping (SiLU, rotary_pos_emb): expected here.
     logging.getLogger("kernels.layer.layer").setLevel(logging.ERROR)
     kernel = get_local_kernel(REPO, backend="cpu" if args.device == "cpu" else None)
-    decoder = importlib.import_module(f"{kernel.__name__}.decoder")
 
     model = build_model(args)
     prompt = torch.randint(model.config.vocab_size, (args.batch, args.prompt_len), device=args.device)
@@ -106,7 +104,7 @@ def main() -> None:
         norm_diff = (model(prompt).logits - logits).abs().max().item()
     rows.append(("+ kernelized RMSNorm", *generate(model, prompt, args.new_tokens)))
 
-    decoder.convert_llama_mlps_to_fp8(model, calibration_inputs=prompt)
+    kernel.convert.convert_llama_mlps_to_fp8(model, calibration_inputs=prompt)
     with torch.no_grad():
         fp8_error = ((model(prompt).logits - logits).float().norm() / logits.float().norm()).item()
     rows.append(("+ static FP8 MLPs", *generate(model, prompt, args.new_tokens)))

@@ -11,25 +11,16 @@ element; writes past a view's rows into its padding are caught here by comparing
 line per call and exits non-zero on a wrong result (loose check: the pytest suite has the exact rule).
 """
 
-import os
 import sys
 from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-REPO_ID = "fp8-decode-kernels/fp8-decode-kernels"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.conftest import load_kernel  # noqa: E402
+
 EPS = 1e-6
 CLUSTER_ENV = "FP8DK_RMSNORM_CLUSTER"
-
-
-def load_kernel():
-    import kernels
-
-    overrides = os.environ.get("LOCAL_KERNELS", "")
-    if f"{REPO_ID}=" not in overrides:
-        os.environ["LOCAL_KERNELS"] = ":".join(filter(None, [overrides, f"{REPO_ID}={REPO_ROOT}"]))
-    return kernels.get_kernel(REPO_ID, version=1)
 
 
 def offset_view(t: torch.Tensor, offset: int) -> torch.Tensor:
@@ -70,7 +61,7 @@ def check(k, name, x, weight, out, residual=None, scale=None, padded_out=False):
 
 
 def main() -> int:
-    k = load_kernel()
+    k = load_kernel(None)
     dev = "cuda"
     fn, fnuz = torch.float8_e4m3fn, torch.float8_e4m3fnuz
     scale = torch.tensor([0.02], device=dev)
@@ -112,10 +103,6 @@ def main() -> int:
         ]
     ok = True
     for name, shape, dtype, out_dtype, fused, layout, cluster in cases:
-        if cluster is None:
-            os.environ.pop(CLUSTER_ENV, None)
-        else:
-            os.environ[CLUSTER_ENV] = cluster
         torch.manual_seed(0)
         x = 2 * torch.randn(shape, dtype=dtype, device=dev)
         weight = torch.randn(shape[-1], dtype=dtype, device=dev)
@@ -126,7 +113,8 @@ def main() -> int:
         elif layout == "offset":
             x, weight, out = offset_view(x, 1), offset_view(weight, 3), offset_view(out, 1)
             residual = None if residual is None else offset_view(residual, 1)
-        ok &= check(k, name, x, weight, out, residual, None if out_dtype is None else scale, layout == "padded")
+        with k.tuning_overrides({CLUSTER_ENV: cluster}):
+            ok &= check(k, name, x, weight, out, residual, None if out_dtype is None else scale, layout == "padded")
 
     # No rows: nothing launched, nothing touched.
     empty = torch.empty(0, 4096, dtype=torch.float16, device=dev)

@@ -13,24 +13,15 @@ compared. Prints one line per call and exits non-zero on a wrong result (loose c
 the exact rule).
 """
 
-import os
 import sys
 from pathlib import Path
 
 import torch
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-REPO_ID = "fp8-decode-kernels/fp8-decode-kernels"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.conftest import load_kernel  # noqa: E402
+
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
-
-
-def load_kernel():
-    import kernels
-
-    overrides = os.environ.get("LOCAL_KERNELS", "")
-    if f"{REPO_ID}=" not in overrides:
-        os.environ["LOCAL_KERNELS"] = ":".join(filter(None, [overrides, f"{REPO_ID}={REPO_ROOT}"]))
-    return kernels.get_kernel(REPO_ID, version=1)
 
 
 def lay_out(t: torch.Tensor, layout: str) -> torch.Tensor:
@@ -63,13 +54,11 @@ def run_case(k, name, m, n, kdim, dtype, out_dtype, layout="contiguous", bias=Fa
     out = out_buf[:, :n] if layout == "padded" else torch.full((m, n), float("nan"), dtype=out_dtype, device=dev)
     if layout == "padded":
         out.fill_(float("nan"))
-    os.environ.pop("FP8DK_SKINNY_SPLIT_K", None)
-    os.environ.pop("FP8DK_SKINNY_STREAM_K", None)
-    if split == "stream-k":
-        os.environ["FP8DK_SKINNY_STREAM_K"] = "1"
-    elif split is not None:
-        os.environ["FP8DK_SKINNY_SPLIT_K"] = str(split)
-    k.ops.skinny_gemm(out, a, b, sa, sb, bias_t)
+    # Only the split asked for: the launcher's own choice otherwise, whatever the caller's environment says.
+    overrides = {"FP8DK_SKINNY_SPLIT_K": None if split in (None, "stream-k") else str(split),
+                 "FP8DK_SKINNY_STREAM_K": "1" if split == "stream-k" else None}
+    with k.tuning_overrides(overrides):
+        k.ops.skinny_gemm(out, a, b, sa, sb, bias_t)
     torch.cuda.synchronize()
     ref = k.reference.skinny_gemm_ref(a.cpu(), b.cpu(), None if sa is None else sa.cpu(),
                                       None if sb is None else sb.cpu(), None if bias_t is None else bias_t.cpu(),
@@ -84,7 +73,7 @@ def run_case(k, name, m, n, kdim, dtype, out_dtype, layout="contiguous", bias=Fa
 
 
 def main() -> int:
-    k = load_kernel()
+    k = load_kernel(None)
     f16, b16 = torch.float16, torch.bfloat16
     cases = [
         # name, m, n, k, operand dtype, out dtype, layout, bias, split (a number, "stream-k" or the default)
@@ -107,8 +96,6 @@ def main() -> int:
     ok = True
     for case in cases:
         ok &= run_case(k, *case)
-    os.environ.pop("FP8DK_SKINNY_SPLIT_K", None)
-    os.environ.pop("FP8DK_SKINNY_STREAM_K", None)
     return 0 if ok else 1
 
 

@@ -1,10 +1,14 @@
 """The benchmark suite: benchmarks/sweep.py end to end on CPU, the `kernels benchmark` workloads through the
-real CLI (on the GPU where there is one), and the sweep's correctness guard and CUDA graph timer."""
+real CLI (on the GPU where there is one), the sweep's correctness guard and CUDA graph timer, and every other
+measurement tool: run where it can run here, else compiled or imported (decode_step.py: tests/test_decoder.py)."""
 
 import functools
 import importlib.util
 import json
 import os
+import platform
+import runpy
+import shutil
 import subprocess
 import sys
 
@@ -136,7 +140,7 @@ def test_pdl_baseline_follows_ours_and_turns_pdl_off(monkeypatch):
     cases = [sweep.Case(suite="s", name=f"c{i}", table="t", panel="p", series="", label={}, x=i, nbytes=1,
                         make_inputs=dict, impls=shared, check=lambda i: (True, "")) for i in range(2)]
     monkeypatch.setenv("FP8DK_PDL", "1")
-    sweep.add_baselines(cases, sweep.baselines(sweep.parse_args(["--pdl-baseline"])))
+    sweep.add_baselines(cases, sweep.baselines(sweep.parse_args(["--pdl-baseline"])), load_kernel(None))
     for case in cases:
         assert list(case.impls) == ["ours", "ours, no PDL", "eager"]
         case.impls["ours, no PDL"]({})
@@ -152,10 +156,71 @@ def test_env_baseline_sets_its_variable_per_call(monkeypatch):
                         make_inputs=dict, impls=shared, check=lambda i: (True, ""))]
     monkeypatch.delenv("FP8DK_RMSNORM_PERSISTENT", raising=False)
     args = sweep.parse_args(["--env-baseline", "FP8DK_RMSNORM_PERSISTENT=0"])
-    sweep.add_baselines(cases, sweep.baselines(args))
+    sweep.add_baselines(cases, sweep.baselines(args), load_kernel(None))
     assert list(cases[0].impls) == ["ours", "ours, FP8DK_RMSNORM_PERSISTENT=0", "eager"]
     cases[0].impls["ours, FP8DK_RMSNORM_PERSISTENT=0"]({})
     cases[0].impls["ours"]({})
     assert seen == ["0", None] and "FP8DK_RMSNORM_PERSISTENT" not in os.environ
     with pytest.raises(SystemExit):
         sweep.parse_args(["--env-baseline", "FP8DK_RMSNORM_PERSISTENT"])
+
+
+# ------------------------------------------------- the measurement tools that only a GPU runs: CI builds them
+
+
+def test_stream_ceiling_compiles(tmp_path):
+    """benchmarks/stream_ceiling.cu (BENCHMARKS.md's stream ceiling) runs only on an H100/H200, but it is built
+    on the kernels' own load, PDL, unpack and MMA headers: compiled here with BENCHMARKS.md's command, so a
+    change to those headers that breaks it fails CI instead of the next GPU session."""
+    from .test_compile_check import check, require_tools
+
+    require_tools("sm_90a")
+    cmd = [str(check.find_nvcc()), "-O3", "-std=c++20", f"-I{REPO_ROOT}", "-gencode", "arch=compute_90a,code=sm_90a",
+           "-c", str(BENCHMARKS / "stream_ceiling.cu"), "-o", str(tmp_path / "stream_ceiling.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or platform.machine() != "x86_64",
+                    reason="tools/quotient_check.c is built with gcc -mfma (x86-64)")
+def test_quotient_check_compiles(tmp_path):
+    """tools/quotient_check.c (the host replay of quantize_fp8's quotient; a minute to run, so CI only builds
+    it), with the command its header gives."""
+    cmd = ["gcc", "-O2", "-mfma", "-ffp-contract=off", "-o", str(tmp_path / "quotient_check"),
+           str(REPO_ROOT / "tools" / "quotient_check.c"), "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+@pytest.mark.parametrize("script", ["tests/sanitizer_quant_fp8.py", "tests/sanitizer_rmsnorm.py",
+                                    "tests/sanitizer_skinny_gemm.py", "tests/sanitizer_swiglu.py", "tools/demo.py"])
+def test_gpu_scripts_import(script):
+    """The compute-sanitizer scripts (tools/gpu_session.sh runs them on a GPU) and the demo (scripts/demo.sh):
+    everything they import resolves, here without running their main."""
+    runpy.run_path(str(REPO_ROOT / script), run_name="imported_by_ci")
+
+
+def test_tune_skinny_gemm(tmp_path):
+    """benchmarks/tune_skinny_gemm.py: its options anywhere; on a GPU one small grid, through the kernel's
+    tuning_overrides."""
+    script = [sys.executable, str(BENCHMARKS / "tune_skinny_gemm.py")]
+    proc = subprocess.run([*script, "--help"], capture_output=True, text=True, timeout=60, env=offline_env())
+    assert proc.returncode == 0 and "--env" in proc.stdout, proc.stderr[-4000:]
+    if not HAS_GPU:
+        return
+    load_kernel(None)
+    out = tmp_path / "tune.json"
+    proc = subprocess.run([*script, "--layers", "8b_qkv", "--m", "1", "--env", "FP8DK_SKINNY_STREAM_K=0",
+                           "--out", str(out)], capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+                          env=offline_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    configs = {row["config"] for row in json.loads(out.read_text())["rows"]}
+    assert {"default", "no PDL", "FP8DK_SKINNY_STREAM_K=0"} <= configs
+
+
+def test_cpu_vs_eager_runs_a_case():
+    load_kernel("cpu")
+    cmd = [sys.executable, str(BENCHMARKS / "cpu_vs_eager.py"), "--filter", "layer rms_norm", "--budget", "0.01"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=offline_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "layer rms_norm bf16 [8, 256]" in proc.stdout

@@ -1,5 +1,6 @@
-"""The static-FP8 decoder (decoder.py) against pure-PyTorch references of the same math, the Llama-MLP
-converter on a tiny transformers model, and the decode-step benchmark's CPU smoke run.
+"""The package's static-FP8 modules (convert.py) and the benchmarks' decoder built from them
+(benchmarks/decoder.py) against pure-PyTorch references of the same math, the Llama-MLP converter on a tiny
+transformers model, and the decode-step benchmark's CPU smoke run.
 
 The references quantize activations exactly where the decoder does (reference.quantize_fp8, dequantized
 again) and multiply dequantized weights in float64, so the remaining differences are the GEMMs' fp32
@@ -8,7 +9,8 @@ which moves an FP8 code one step where a value sits on a rounding boundary: henc
 L2 error instead of bitwise comparisons.
 """
 
-import importlib
+import functools
+import importlib.util
 import json
 import math
 import subprocess
@@ -29,11 +31,29 @@ STAGE_TOLERANCE = 1e-2
 LAYER_OUTPUT_TOLERANCE = 0.1
 
 
+BENCHMARK_DECODER = REPO_ROOT / "benchmarks" / "decoder.py"
+
+
 @pytest.fixture
-def decoder(kernel):
-    """The package's decoder module, imported by its name inside the loaded kernel (works whether or not the
-    package's __init__ imports it)."""
-    return importlib.import_module(f"{kernel.__name__}.decoder")
+def convert(kernel):
+    """The package's static-FP8 modules and converters."""
+    return kernel.convert
+
+
+@functools.cache
+def _benchmark_decoder():
+    spec = importlib.util.spec_from_file_location("benchmark_decoder", BENCHMARK_DECODER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def decoder():
+    """benchmarks/decoder.py, the decoder model that benchmarks/decode_step.py times."""
+    if not BENCHMARK_DECODER.is_file():
+        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    return _benchmark_decoder()
 
 
 def fp8_of(kernel, device) -> torch.dtype:
@@ -128,25 +148,25 @@ class LlamaLikeMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
-def random_linear(decoder, n, k, input_amax, dtype, device, fp8):
-    weight, weight_scale = decoder.quantize_weight(torch.randn(n, k, dtype=dtype, device=device) / k ** 0.5, fp8)
+def random_linear(convert, n, k, input_amax, dtype, device, fp8):
+    weight, weight_scale = convert.quantize_weight(torch.randn(n, k, dtype=dtype, device=device) / k ** 0.5, fp8)
     input_scale = input_amax / torch.finfo(fp8).max
-    return decoder.Fp8Linear(weight, weight_scale, input_scale, None, dtype)
+    return convert.Fp8Linear(weight, weight_scale, input_scale, None, dtype)
 
 
-def random_layer(decoder, hidden, dims, intermediate, dtype, device, fp8):
+def random_layer(convert, decoder, hidden, dims, intermediate, dtype, device, fp8):
     heads, kv_heads, d = dims
 
     def linear(n, k, amax):
-        return random_linear(decoder, n, k, amax, dtype, device, fp8)
+        return random_linear(convert, n, k, amax, dtype, device, fp8)
 
     def norm_weight():
         return (1 + 0.1 * torch.randn(hidden, device=device)).to(dtype)
 
-    mlp = decoder.Fp8LlamaMLP(linear(2 * intermediate, hidden, 4.0), linear(hidden, intermediate, 4.0))
+    mlp = convert.Fp8LlamaMLP(linear(2 * intermediate, hidden, 4.0), linear(hidden, intermediate, 4.0))
     return decoder.Fp8DecoderLayer(norm_weight(), norm_weight(), EPS, linear((heads + 2 * kv_heads) * d, hidden, 4.0),
                                    linear(hidden, heads * d, 2.0), mlp,
-                                   decoder.SdpaDecodeAttention(heads, kv_heads, d))
+                                   decoder.SdpaDecodeAttention(heads, kv_heads, d), None, convert.KERNEL_OPS)
 
 
 def random_cache(decoder, batch, kv_heads, capacity, d, pos, dtype, device):
@@ -162,21 +182,21 @@ def random_cache(decoder, batch, kv_heads, capacity, d, pos, dtype, device):
 
 
 @pytest.mark.kernels_ci
-def test_quantize_fp8_static_defaults_to_device_flavour(kernel, decoder, device):
+def test_quantize_fp8_static_defaults_to_device_flavour(kernel, convert, device):
     x = torch.randn(4, 64, dtype=torch.bfloat16, device=device) * 100
     scale = torch.tensor([0.05], device=device)
     fp8 = fp8_of(kernel, device)
-    out = decoder.quantize_fp8_static(x, scale)
+    out = convert.quantize_fp8_static(x, scale)
     assert out.dtype == fp8
     assert torch.equal(out.view(torch.uint8), kernel.reference.quantize_fp8(x, scale, fp8).view(torch.uint8))
 
 
 @pytest.mark.parametrize("rows", [1, 7, 48], ids=lambda r: f"rows{r}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fp8_linear(kernel, decoder, device, dtype, rows):
+def test_fp8_linear(kernel, convert, device, dtype, rows):
     """16-bit input is quantized with input_scale; FP8 input is used as is; rows > 32 go through torch."""
     fp8 = fp8_of(kernel, device)
-    linear = random_linear(decoder, 96, 128, 4.0, dtype, device, fp8)
+    linear = random_linear(convert, 96, 128, 4.0, dtype, device, fp8)
     x = torch.randn(rows, 128, dtype=dtype, device=device)
     out = linear(x)
     assert out.dtype == dtype and out.shape == (rows, 96)
@@ -188,12 +208,12 @@ def test_fp8_linear(kernel, decoder, device, dtype, rows):
 
 @pytest.mark.parametrize("rows", [1, 5, 40], ids=lambda r: f"rows{r}")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fp8_llama_mlp_matches_float_reference(kernel, decoder, device, dtype, rows):
+def test_fp8_llama_mlp_matches_float_reference(kernel, convert, device, dtype, rows):
     """from_llama_mlp with calibrated scales against the same math on dequantized weights in float64, and
     loosely against the original 16-bit MLP (FP8's own error)."""
     mlp = LlamaLikeMLP(128, 320, dtype, device)
     x = torch.randn(rows, 128, dtype=dtype, device=device)
-    fp8_mlp = decoder.from_llama_mlp(mlp, x)
+    fp8_mlp = convert.from_llama_mlp(mlp, x)
     assert fp8_mlp.gate_up.weight.dtype == fp8_of(kernel, device)
     out = fp8_mlp(x)
     assert out.dtype == dtype and out.shape == x.shape
@@ -203,30 +223,30 @@ def test_fp8_llama_mlp_matches_float_reference(kernel, decoder, device, dtype, r
 
 
 @pytest.mark.kernels_ci
-def test_from_llama_mlp_scales(kernel, decoder, device):
+def test_from_llama_mlp_scales(kernel, convert, device):
     """Given scales are used as given; a missing one is calibrated as amax / fp8_max; neither is an error."""
     mlp = LlamaLikeMLP(64, 128, torch.bfloat16, device)
     x = torch.randn(3, 64, dtype=torch.bfloat16, device=device)
     fp8_max = torch.finfo(fp8_of(kernel, device)).max
-    given = decoder.from_llama_mlp(mlp, input_scale=0.5, act_scale=0.25)
+    given = convert.from_llama_mlp(mlp, input_scale=0.5, act_scale=0.25)
     assert given.gate_up.input_scale.item() == 0.5 and given.down.input_scale.item() == 0.25
-    calibrated = decoder.from_llama_mlp(mlp, x, act_scale=0.25)
+    calibrated = convert.from_llama_mlp(mlp, x, act_scale=0.25)
     assert calibrated.gate_up.input_scale.item() == pytest.approx(x.abs().max().item() / fp8_max)
     assert calibrated.down.input_scale.item() == 0.25
     with pytest.raises(ValueError, match="calibration_input"):
-        decoder.from_llama_mlp(mlp)
+        convert.from_llama_mlp(mlp)
     with pytest.raises(ValueError, match="SiLU"):
-        decoder.from_llama_mlp(LlamaLikeMLP(64, 128, torch.bfloat16, device, act=nn.GELU()), x)
+        convert.from_llama_mlp(LlamaLikeMLP(64, 128, torch.bfloat16, device, act=nn.GELU()), x)
 
 
 @pytest.mark.parametrize("theta", [None, 10000.0], ids=["no_rope", "rope"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_fp8_decoder_layer_matches_reference(kernel, decoder, device, dtype, theta):
+def test_fp8_decoder_layer_matches_reference(kernel, convert, decoder, device, dtype, theta):
     """One decode step of a GQA layer (4 query heads per KV head) against the layer written out in PyTorch:
     the KV written at pos, the attention output (the O GEMM's input), the residual and the MLP output. Cache
     entries after pos are NaN and must not be read."""
     hidden, dims, intermediate, batch, capacity, pos = 128, (8, 2, 32), 256, 3, 12, 9
-    layer = random_layer(decoder, hidden, dims, intermediate, dtype, device, fp8_of(kernel, device))
+    layer = random_layer(convert, decoder, hidden, dims, intermediate, dtype, device, fp8_of(kernel, device))
     x = torch.randn(batch, hidden, dtype=dtype, device=device)
     residual = torch.randn(batch, hidden, dtype=dtype, device=device)
     cache = random_cache(decoder, batch, dims[1], capacity, dims[2], pos, dtype, device)
@@ -252,14 +272,15 @@ def test_fp8_decoder_layer_matches_reference(kernel, decoder, device, dtype, the
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no GPU: torch.cuda.is_available() is False")
 @pytest.mark.parametrize("device", ["cuda"])
-def test_fp8_decoder_cuda_graph(kernel, decoder, device):
+def test_fp8_decoder_cuda_graph(kernel, convert, decoder, device):
     """A whole decode step (two layers and the final norm) captured in a CUDA graph and replayed on new
     inputs gives the eager step's output."""
     dtype, hidden, dims, batch, capacity = torch.bfloat16, 256, (8, 2, 64), 4, 32
     fp8 = fp8_of(kernel, device)
-    layers = [random_layer(decoder, hidden, dims, 512, dtype, device, fp8) for _ in range(2)]
+    layers = [random_layer(convert, decoder, hidden, dims, 512, dtype, device, fp8) for _ in range(2)]
     tables = decoder.rope_tables(capacity, dims[2], 500000.0, dtype, torch.device(device))
-    model = decoder.Fp8Decoder(layers, torch.ones(hidden, dtype=dtype, device=device), EPS, tables)
+    model = decoder.Fp8Decoder(layers, torch.ones(hidden, dtype=dtype, device=device), EPS, tables,
+                               convert.KERNEL_OPS)
     caches = [random_cache(decoder, batch, dims[1], capacity, dims[2], capacity - 1, dtype, device) for _ in layers]
     x = torch.randn(batch, hidden, dtype=dtype, device=device)
 
@@ -276,7 +297,7 @@ def test_fp8_decoder_cuda_graph(kernel, decoder, device):
     torch.testing.assert_close(out, model(x, caches, capacity - 1), rtol=0, atol=0)
 
 
-def test_convert_llama_mlps_to_fp8(kernel, decoder, device):
+def test_convert_llama_mlps_to_fp8(kernel, convert, device):
     """Every layer of a tiny LlamaForCausalLM gets an Fp8LlamaMLP; logits stay close (FP8's own error) and
     generate() runs, through the kernel for decode rows and torch for the 48-row prefill."""
     transformers = pytest.importorskip("transformers")
@@ -287,17 +308,17 @@ def test_convert_llama_mlps_to_fp8(kernel, decoder, device):
     ids = torch.randint(0, config.vocab_size, (3, 16), device=device)
     with torch.no_grad():
         expected = model(ids).logits
-    assert decoder.convert_llama_mlps_to_fp8(model, calibration_inputs=ids) is model
-    assert all(isinstance(layer.mlp, decoder.Fp8LlamaMLP) for layer in model.model.layers)
+    assert convert.convert_llama_mlps_to_fp8(model, calibration_inputs=ids) is model
+    assert all(isinstance(layer.mlp, convert.Fp8LlamaMLP) for layer in model.model.layers)
     with torch.no_grad():
         assert relative_error(model(ids).logits, expected) < 0.05
         generated = model.generate(ids, max_new_tokens=4, do_sample=False)
     assert generated.shape == (3, 20)
 
 
-def test_convert_rejects_models_without_llama_mlps(decoder):
+def test_convert_rejects_models_without_llama_mlps(convert):
     with pytest.raises(ValueError, match="no module"):
-        decoder.convert_llama_mlps_to_fp8(nn.Sequential(nn.Linear(4, 4)))
+        convert.convert_llama_mlps_to_fp8(nn.Sequential(nn.Linear(4, 4)))
 
 
 @pytest.mark.parametrize("device", ["cpu"])

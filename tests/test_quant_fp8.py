@@ -235,12 +235,9 @@ def test_torch_compile(kernel, device, out_dtype):
 
 
 def test_decoder_quantizes_with_the_kernel(kernel, device):
-    """The decoder's kernel build quantizes activations with this op (decoder.KERNEL_OPS)."""
-    import importlib
-
-    decoder = importlib.import_module(f"{kernel.__name__}.decoder")
-    assert decoder.KERNEL_OPS.quantize is kernel.quantize_fp8
+    """The FP8 modules' kernel build quantizes activations with this op (convert.KERNEL_OPS)."""
+    assert kernel.convert.KERNEL_OPS.quantize is kernel.quantize_fp8
     x = make_input((3, 256), torch.float16, device)
     scale = torch.tensor([0.02], device=device)
     fp8 = kernel.native_fp8_dtype(x.device)
-    assert_exact(decoder.KERNEL_OPS.quantize(x, scale, fp8), kernel.reference.quantize_fp8(x, scale, fp8))
+    assert_exact(kernel.convert.KERNEL_OPS.quantize(x, scale, fp8), kernel.reference.quantize_fp8(x, scale, fp8))

@@ -13,13 +13,17 @@
 import logging
 import os
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 REPO = Path(__file__).resolve().parent.parent
+# The op table times with the benchmarks' eager timer (benchmarks/sweep.py), not a copy of it.
+sys.path.insert(0, str(REPO / "benchmarks"))
+from sweep import synced_ms  # noqa: E402
+
 REPO_ID = "fp8-decode-kernels/fp8-decode-kernels"
 
 
@@ -80,20 +84,7 @@ def llama_demo(kernel, device: str) -> None:
 
 
 def median_ms(fn, device: str, iters: int) -> float:
-    def sync():
-        if device != "cpu":
-            torch.cuda.synchronize()
-
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return statistics.median(synced_ms(fn, iters, device, warmup=3))
 
 
 def op_cases(kernel, device: str):

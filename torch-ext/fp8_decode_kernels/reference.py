@@ -8,12 +8,7 @@ from typing import Optional
 
 import torch
 
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
-
-
-def fp8_max(dtype: torch.dtype) -> float:
-    """Largest finite value of an FP8 flavour: 448 for e4m3fn (OCP), 240 for e4m3fnuz (MI300X)."""
-    return float(torch.finfo(dtype).max)
+from .fp8 import FP8_DTYPES, fp8_max
 
 
 def quantize_fp8(y: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -1,17 +1,14 @@
-"""A static-FP8 Llama decoder built from this package's ops, for decode steps and for converting models.
+"""Static-FP8 linear layers and MLPs built from this package's ops, and the converters that put them into a
+transformers Llama-family model.
 
-One layer runs, per decode step (the blog's design)::
+With static per-tensor scales every FP8 activation is quantized with a scale fixed ahead of time (from
+calibration), so no step computes an amax. An MLP runs::
 
-    fused_add_rms_norm -> FP8 -> QKV GEMM -> attention over a KV cache -> quantize_fp8 -> O GEMM [-> all-reduce]
-    fused_add_rms_norm -> FP8 -> gate_up GEMM -> silu_and_mul -> FP8 -> down GEMM [-> all-reduce]
+    [quantize_fp8 ->] gate_up GEMM -> silu_and_mul -> FP8 -> down GEMM
 
-with static per-tensor scales: every FP8 activation is quantized with a scale fixed ahead of time (from
-calibration), so no step computes an amax. The modules are built by constructors and converters here, not
-swapped in by ``kernels.kernelize`` (that is what ``layers`` is for). Each takes a :class:`DecodeOps`, the ops
-it runs: :data:`KERNEL_OPS` (this package's kernels) by default; a benchmark passes a peer's ops to time the
-same model built from other kernels.
-
-The package's ``__init__`` must import this module after it defines the functions imported below.
+The modules are built by constructors and converters here, not swapped in by ``kernels.kernelize`` (that is
+what ``layers`` is for). Each takes a :class:`DecodeOps`, the ops it runs: :data:`KERNEL_OPS` (this package's
+kernels) by default; benchmarks/decode_step.py passes a peer's ops to time the same model built from torch's.
 """
 
 from typing import Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -20,7 +17,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from . import fused_add_rms_norm, native_fp8_dtype, quantize_fp8, reference, silu_and_mul, skinny_gemm
+from . import reference
+from .activation import silu_and_mul
+from .fp8 import FP8_DTYPES, fp8_max, native_fp8_dtype
+from .gemm import skinny_gemm
+from .norm import fused_add_rms_norm
+from .quantization import quantize_fp8
 
 ScaleLike = Union[float, torch.Tensor]
 
@@ -36,7 +38,8 @@ def quantize_fp8_static(x: torch.Tensor, scale: torch.Tensor,
 
 
 class DecodeOps(NamedTuple):
-    """The ops a decoder runs, with the signatures of this package's functions:
+    """The ops the FP8 modules run (and benchmarks/decoder.py's decoder layers, which add the norm), with the
+    signatures of this package's functions:
     ``add_rms_norm(x, residual, weight, eps, scale, out_dtype)`` (updates residual in place),
     ``silu_and_mul(x, scale, out_dtype)``, ``gemm(a, b, scale_a, scale_b, bias, out_dtype)``,
     ``quantize(x, scale, out_dtype)``."""
@@ -47,7 +50,8 @@ class DecodeOps(NamedTuple):
     quantize: Callable[..., torch.Tensor]
 
 
-# The attention output is the one FP8 activation no fused op produces: the quantize_fp8 kernel quantizes it.
+# A 16-bit input of an Fp8Linear (in a decoder, the attention output: the one FP8 activation no fused op
+# produces) is quantized by the quantize_fp8 kernel.
 KERNEL_OPS = DecodeOps(fused_add_rms_norm, silu_and_mul, skinny_gemm, quantize_fp8)
 
 
@@ -60,7 +64,7 @@ def scale_from_amax(amax: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
     """The per-tensor scale that maps ``amax`` onto the FP8 flavour's largest value (so nothing the
     calibration saw saturates). A zero amax gets the smallest normal float32, not a division by zero."""
     amax = amax.detach().float().reshape(1)
-    return amax.clamp_min(torch.finfo(torch.float32).tiny) / reference.fp8_max(fp8_dtype)
+    return amax.clamp_min(torch.finfo(torch.float32).tiny) / fp8_max(fp8_dtype)
 
 
 def quantize_weight(weight: torch.Tensor, fp8_dtype: Optional[torch.dtype] = None) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -85,7 +89,7 @@ class Fp8Linear(nn.Module):
                  bias: Optional[torch.Tensor] = None, out_dtype: torch.dtype = torch.bfloat16,
                  ops: DecodeOps = KERNEL_OPS):
         super().__init__()
-        if weight.dim() != 2 or weight.dtype not in reference.FP8_DTYPES:
+        if weight.dim() != 2 or weight.dtype not in FP8_DTYPES:
             raise ValueError(f"Fp8Linear: weight must be a 2-D FP8 tensor [N, K], got {weight.dtype} "
                              f"{tuple(weight.shape)}")
         self.register_buffer("weight", weight)
@@ -107,7 +111,7 @@ class Fp8Linear(nn.Module):
         """x as this layer's FP8 activations: quantized with ``input_scale`` unless it is FP8 already."""
         if x.dtype == self.weight.dtype:
             return x
-        if x.dtype in reference.FP8_DTYPES:
+        if x.dtype in FP8_DTYPES:
             raise ValueError(f"Fp8Linear: FP8 input must have the weight's flavour {self.weight.dtype}, got {x.dtype}")
         return self.ops.quantize(x, self.input_scale, self.weight.dtype)
 
@@ -142,131 +146,6 @@ class Fp8LlamaMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         act = self.ops.silu_and_mul(self.gate_up(x), self.down.input_scale, self.down.weight.dtype)
         return self.down(act)
-
-
-class KVCache(NamedTuple):
-    """One layer's keys and values, [batch, kv_heads, capacity, head_dim] each, in the activation dtype."""
-
-    key: torch.Tensor
-    value: torch.Tensor
-
-
-class Rope(NamedTuple):
-    """Rotary embedding factors, [..., head_dim] each (transformers' Llama convention, rotate_half)."""
-
-    cos: torch.Tensor
-    sin: torch.Tensor
-
-
-def rope_tables(capacity: int, head_dim: int, theta: float, dtype: torch.dtype, device: torch.device) -> Rope:
-    """cos/sin for positions 0..capacity-1, [capacity, head_dim], computed in float32 as transformers does;
-    a decode step takes row ``pos`` (a view, so nothing is computed inside a captured step)."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
-    freqs = torch.outer(torch.arange(capacity, device=device, dtype=torch.float32), inv_freq)
-    angles = torch.cat([freqs, freqs], dim=-1)
-    return Rope(angles.cos().to(dtype), angles.sin().to(dtype))
-
-
-def apply_rope(x: torch.Tensor, rope: Rope) -> torch.Tensor:
-    """``x * cos + rotate_half(x) * sin`` in x's dtype, rotate_half(x) = (-x2, x1)."""
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * rope.cos + torch.cat([-x2, x1], dim=-1) * rope.sin
-
-
-class SdpaDecodeAttention(nn.Module):
-    """Decode attention for a batch of sequences at the same position, through torch SDPA.
-
-    forward(qkv [B, (heads + 2*kv_heads) * head_dim] (q, k, v heads in that order), cache, pos, rope) applies
-    RoPE (if given) to q and k, writes k and v into the cache at ``pos`` and attends to positions 0..pos.
-    Returns [B, heads * head_dim] in qkv's dtype. ``pos`` is a Python int, so a captured CUDA graph replays
-    one fixed position.
-    """
-
-    def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int):
-        super().__init__()
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(f"SdpaDecodeAttention: num_heads ({num_heads}) must be a multiple of num_kv_heads "
-                             f"({num_kv_heads})")
-        self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-
-    def forward(self, qkv: torch.Tensor, cache: KVCache, pos: int, rope: Optional[Rope] = None) -> torch.Tensor:
-        batch, d = qkv.shape[0], self.head_dim
-        q, k, v = qkv.split([self.num_heads * d, self.num_kv_heads * d, self.num_kv_heads * d], dim=-1)
-        q = q.view(batch, self.num_heads, d)
-        k = k.view(batch, self.num_kv_heads, d)
-        if rope is not None:
-            q, k = apply_rope(q, rope), apply_rope(k, rope)
-        cache.key[:, :, pos] = k
-        cache.value[:, :, pos] = v.view(batch, self.num_kv_heads, d)
-        # One query token per sequence: the query heads sharing a KV head stand in for SDPA's query positions,
-        # so grouped-query attention needs neither repeated keys nor enable_gqa, and no mask (all see 0..pos).
-        group = self.num_heads // self.num_kv_heads
-        out = F.scaled_dot_product_attention(q.reshape(batch, self.num_kv_heads, group, d),
-                                             cache.key[:, :, :pos + 1], cache.value[:, :, :pos + 1])
-        return out.reshape(batch, self.num_heads * d)
-
-
-class Fp8DecoderLayer(nn.Module):
-    """A Llama decoder layer's decode step in static FP8 (see the module docstring for the op sequence).
-
-    forward(x, residual, cache, pos, rope) adds x, the previous layer's output (the embeddings, with a zero
-    residual, for the first layer), to ``residual`` in place and returns this layer's MLP output. The FP8
-    outputs of the norms use the input scales of the GEMMs they feed. ``attention`` maps
-    (qkv, cache, pos, rope) to the attention output (:class:`SdpaDecodeAttention` or the caller's own);
-    ``all_reduce``, for tensor parallelism, sums a 16-bit tensor over the ranks in place after the
-    row-parallel O and down GEMMs.
-    """
-
-    def __init__(self, input_norm_weight: torch.Tensor, post_attention_norm_weight: torch.Tensor, eps: float,
-                 qkv: Fp8Linear, o: Fp8Linear, mlp: Fp8LlamaMLP, attention: Callable[..., torch.Tensor],
-                 all_reduce: Optional[Callable[[torch.Tensor], None]] = None, ops: DecodeOps = KERNEL_OPS):
-        super().__init__()
-        self.register_buffer("input_norm_weight", input_norm_weight)
-        self.register_buffer("post_attention_norm_weight", post_attention_norm_weight)
-        self.eps = eps
-        self.qkv, self.o, self.mlp, self.attention = qkv, o, mlp, attention
-        self.all_reduce = all_reduce
-        self.ops = ops
-
-    def _reduce(self, x: torch.Tensor) -> torch.Tensor:
-        if self.all_reduce is not None:
-            self.all_reduce(x)
-        return x
-
-    def forward(self, x: torch.Tensor, residual: torch.Tensor, cache: KVCache, pos: int,
-                rope: Optional[Rope] = None) -> torch.Tensor:
-        h = self.ops.add_rms_norm(x, residual, self.input_norm_weight, self.eps, self.qkv.input_scale,
-                                  self.qkv.weight.dtype)
-        attn = self.attention(self.qkv(h), cache, pos, rope)
-        o = self._reduce(self.o(attn))
-        h = self.ops.add_rms_norm(o, residual, self.post_attention_norm_weight, self.eps,
-                                  self.mlp.gate_up.input_scale, self.mlp.gate_up.weight.dtype)
-        return self._reduce(self.mlp(h))
-
-
-class Fp8Decoder(nn.Module):
-    """A stack of :class:`Fp8DecoderLayer` and the final RMSNorm: one decode step of the model's body.
-
-    forward(x [B, H] embeddings, caches (one :class:`KVCache` per layer), pos) returns the final normed hidden
-    states [B, H] in x's dtype (what the LM head would take). ``rope``: full :func:`rope_tables`, or None.
-    """
-
-    def __init__(self, layers: Sequence[Fp8DecoderLayer], norm_weight: torch.Tensor, eps: float,
-                 rope: Optional[Rope] = None, ops: DecodeOps = KERNEL_OPS):
-        super().__init__()
-        self.layers = nn.ModuleList(layers)
-        self.register_buffer("norm_weight", norm_weight)
-        self.register_buffer("rope_cos", None if rope is None else rope.cos)
-        self.register_buffer("rope_sin", None if rope is None else rope.sin)
-        self.eps = eps
-        self.ops = ops
-
-    def forward(self, x: torch.Tensor, caches: Sequence[KVCache], pos: int) -> torch.Tensor:
-        residual = torch.zeros_like(x)
-        rope = None if self.rope_cos is None else Rope(self.rope_cos[pos], self.rope_sin[pos])
-        for layer, cache in zip(self.layers, caches):
-            x = layer(x, residual, cache, pos, rope)
-        return self.ops.add_rms_norm(x, residual, self.norm_weight, self.eps, None, None)
 
 
 # ---------------------------------------------------------------- converting transformers' Llama MLPs
