@@ -165,6 +165,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also time our kernels with the environment variable KEY=VALUE set (a launcher "
                              "override such as FP8DK_RMSNORM_PERSISTENT=0) as the peer 'ours, KEY=VALUE', in "
                              "the same run; repeatable")
+    parser.add_argument("--baseline-build", type=Path, default=None, metavar="REPO_DIR",
+                        help="also time the kernels of another checkout's local build (e.g. the revision before a "
+                             "change, built there with tools/build.py) as the peer 'ours, baseline build', on "
+                             "the same inputs in the same run")
     args = parser.parse_args(argv)
     for setting in args.env_baseline:
         if "=" not in setting or not setting.split("=", 1)[0]:
@@ -741,10 +745,26 @@ def add_baselines(cases: list, peers: dict, k) -> None:
         case.impls = {"ours": ours, **tuned, **others}
 
 
+def add_build_baseline(cases: list, baseline_cases: list) -> None:
+    """Puts another build's 'ours' (the same suites built on a second kernel module, so case for case the same
+    shapes and input layout) right after 'ours' in every case, as 'ours, baseline build'."""
+    for case, other in zip(cases, baseline_cases, strict=True):
+        assert case.name == other.name, (case.name, other.name)
+        ours = case.impls["ours"]
+        case.impls = {"ours": ours, "ours, baseline build": other.impls["ours"],
+                      **{name: fn for name, fn in case.impls.items() if name != "ours"}}
+
+
 def run_suites(args, k, plan: Plan, timer, rotation: int, copy_gbps: float) -> list:
     cases = {suite: list(SUITE_CASES[suite](k, plan, args.device, args.dtype, args.compile))
              for suite in args.suite}
     add_baselines([c for suite_cases in cases.values() for c in suite_cases], baselines(args), k)
+    if args.baseline_build is not None:
+        import kernels
+
+        k_old = kernels.get_local_kernel(args.baseline_build, backend="cpu" if args.device == "cpu" else None)
+        for suite in args.suite:
+            add_build_baseline(cases[suite], list(SUITE_CASES[suite](k_old, plan, args.device, args.dtype, False)))
     total = sum(len(c) for c in cases.values())
     start = time.monotonic()
     records, index, group = [], 0, None
@@ -923,6 +943,7 @@ def main(argv=None) -> int:
         "budget_seconds": args.budget_seconds,
         "pdl_baseline": args.pdl_baseline,
         "env_baselines": args.env_baseline,
+        "baseline_build": str(args.baseline_build) if args.baseline_build else None,
     }
     print(f"sweep on {device_info['name']}: copy bandwidth {copy['gbps']:.0f} GB/s, writing to {out_dir}",
           file=sys.stderr, flush=True)
