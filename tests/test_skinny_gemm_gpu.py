@@ -14,6 +14,8 @@ kernel's knobs run it on both passes. Where the copy engine cannot serve (no Hop
 aligned) both passes take the portable kernel; test_kernel_choice checks which kernel ran.
 """
 
+import os
+
 import pytest
 import torch
 
@@ -290,6 +292,8 @@ def test_forced_block_n(kernel, monkeypatch, block_n, m):
 
 
 def test_bad_overrides(kernel, monkeypatch):
+    """Malformed FP8DK_SKINNY_* values and overrides the problem cannot take are rejected on every GPU, the
+    message naming the variable (common/tuning.h throws std::invalid_argument: torch raises RuntimeError)."""
     a, b, sa, sb, bias, out_dtype = operands(32, 256, 512, torch.float8_e4m3fn)
     monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", "48")
     with pytest.raises(RuntimeError, match="FP8DK_SKINNY_BLOCK_N must be 32 times a power of two"):
@@ -310,10 +314,35 @@ def test_bad_overrides(kernel, monkeypatch):
     with pytest.raises(RuntimeError, match="FP8DK_SKINNY_TMA must be 0 or 1"):
         run(kernel, a, b, sa, sb, bias, out_dtype)
     monkeypatch.delenv("FP8DK_SKINNY_TMA")
+    # The copy-engine kernel's knobs are read (and checked) on every GPU, like the others.
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_STAGES", "4x")
+    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_TMA_STAGES must be a positive integer, got '4x'"):
+        run(kernel, a, b, sa, sb, bias, out_dtype)
+    monkeypatch.delenv("FP8DK_SKINNY_TMA_STAGES")
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_WHOLE_TILES", "2")
+    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_TMA_WHOLE_TILES must be 0 or 1"):
+        run(kernel, a, b, sa, sb, bias, out_dtype)
+    monkeypatch.delenv("FP8DK_SKINNY_TMA_WHOLE_TILES")
     if is_hopper():
         monkeypatch.setenv("FP8DK_SKINNY_TMA_WK", "3")
         with pytest.raises(RuntimeError, match="FP8DK_SKINNY_TMA_WK must divide 8"):
             run(kernel, a, b, sa, sb, bias, out_dtype)
+
+
+def test_overrides_read_once_per_process(kernel):
+    """An override is read on first use and kept: a change to the environment behind the kernel's back (not
+    through monkeypatch, which reloads) shows only after _reload_tuning."""
+    a, b, sa, sb, bias, out_dtype = operands(8, 256, 512, torch.float8_e4m3fn)
+    run(kernel, a, b, sa, sb, bias, out_dtype)
+    os.environ["FP8DK_SKINNY_SPLIT_K"] = "two"
+    try:
+        run(kernel, a, b, sa, sb, bias, out_dtype)
+        kernel.ops._reload_tuning()
+        with pytest.raises(RuntimeError, match="FP8DK_SKINNY_SPLIT_K must be a positive integer"):
+            run(kernel, a, b, sa, sb, bias, out_dtype)
+    finally:
+        del os.environ["FP8DK_SKINNY_SPLIT_K"]
+        kernel.ops._reload_tuning()
 
 
 @pytest.mark.parametrize("split", (None, "heuristic", "4", "13"))
