@@ -39,7 +39,8 @@ DeviceProps device_props(const Kernels& kernels) {
 #if defined(FP8DK_NVIDIA)
   d.vendor = Vendor::kNvidia;
   d.cc_major = fp8dk::device_attribute(cudaDevAttrComputeCapabilityMajor);
-  d.copy_engine_code = kernels.copy_engine_code();
+  // Asked only where the plan can use it: the query loads the copy-engine kernel's code.
+  d.copy_engine_code = d.cc_major == 9 && kernels.copy_engine_code();
 #else
   d.vendor = Vendor::kAmd;
   d.cc_major = 0;
