@@ -3,6 +3,9 @@
 
 namespace fp8dk::skinny {
 
-void launch_bf16(const Call& c) { dispatch_kernel<fp8dk::Bf16, fp8dk::Bf16>(c); }
+const Kernels& kernels_bf16() {
+  static const KernelsOf<fp8dk::Bf16, fp8dk::Bf16> kernels;
+  return kernels;
+}
 
 }  // namespace fp8dk::skinny

@@ -1,4 +1,4 @@
-// CPU skinny_gemm (torch-ext/torch_binding.h): out[M, N] = (a[M, K] @ b[N, K]^T) * scale_a * scale_b (+ bias)
+// CPU skinny_gemm (skinny_gemm.h): out[M, N] = (a[M, K] @ b[N, K]^T) * scale_a * scale_b (+ bias)
 // with M <= 32, accumulated in fp32 on operands widened to fp32 (FP8 dequantizes exactly).
 // Two paths (common/cpu_simd.h): portable C++ and AVX2 + FMA, which register-blocks 4 rows of a x 3 rows of b.
 #include <vector>
@@ -6,7 +6,7 @@
 #include "common/checks.h"
 #include "common/cpu_numerics.h"
 #include "common/cpu_simd.h"
-#include "torch-ext/torch_binding.h"
+#include "skinny_gemm/skinny_gemm.h"
 
 namespace {
 

@@ -3,6 +3,6 @@
 
 namespace fp8dk::skinny {
 
-void launch_e4m3fnuz(at::ScalarType out, const Call& c) { dispatch_out<fp8dk::E4m3fnuz>(out, c); }
+const Kernels& kernels_e4m3fnuz(at::ScalarType out) { return fp8_kernels<fp8dk::E4m3fnuz>(out); }
 
 }  // namespace fp8dk::skinny

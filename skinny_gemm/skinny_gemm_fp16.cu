@@ -3,6 +3,9 @@
 
 namespace fp8dk::skinny {
 
-void launch_fp16(const Call& c) { dispatch_kernel<fp8dk::Fp16, fp8dk::Fp16>(c); }
+const Kernels& kernels_fp16() {
+  static const KernelsOf<fp8dk::Fp16, fp8dk::Fp16> kernels;
+  return kernels;
+}
 
 }  // namespace fp8dk::skinny

@@ -1,6 +1,7 @@
 #pragma once
-// Host side of the skinny GEMM launch (torch, no device code): how split-K CTAs meet, the launch itself, and the
-// dispatch of run-time choices (out format, token padding, weight access width) to kernel template arguments.
+// Host side of the skinny GEMM launch (torch, no device code): the kernels of one operand and out format behind
+// one interface (Kernels): their occupancy, which the plan asks (skinny_gemm_launch_plan.h), and the launch of a
+// plan as it is: the plan's template arguments picked out of the instantiated kernels, the workspace, the launch.
 // Each operand format's kernels are instantiated in a translation unit of their own (skinny_gemm_<format>.cu),
 // so the 72 kernels compile in parallel; skinny_gemm.cu validates, plans and calls one of them.
 #include <c10/cuda/CUDAException.h>
@@ -13,21 +14,12 @@
 #include "common/device_info.h"
 #include "common/launch.h"
 #include "skinny_gemm/skinny_gemm_kernels.cuh"
+#include "skinny_gemm/skinny_gemm_launch_plan.h"
 #include "skinny_gemm/skinny_gemm_tma.cuh"
-#if defined(FP8DK_NVIDIA)
-#include "common/tensor_map.h"
-#endif
 
 namespace fp8dk::skinny {
 
-struct Launch {
-  Plan plan;
-  dim3 grid;  // split grid; a stream-K grid is sized in launch_plan from the kernel's occupancy
-  int smem;
-  int mp;
-  int b_access;  // LB
-  int sms;
-};
+constexpr int kDefaultSmemLimit = 48 * 1024;  // dynamic shared memory a kernel may use without opting in
 
 struct Args {
   const unsigned char* a;
@@ -36,9 +28,10 @@ struct Args {
   const uint16_t* bias;
   const float* scale_a;
   const float* scale_b;
+#if defined(FP8DK_NVIDIA)
+  CUtensorMap map_a, map_b;  // the copy-engine kernel's view of a and b
+#endif
 };
-
-constexpr int kMaxClusterSplit = 8;  // the portable cluster size
 
 // `count` arrival counters for the workspace reduction, all zero. The kernel leaves them zero (each tile's
 // last CTA resets its counter), so a buffer is zeroed once, when allocated, and then serves every later launch
@@ -61,193 +54,145 @@ inline unsigned* arrival_counters(const at::Tensor& like, cudaStream_t stream, l
   return static_cast<unsigned*>(buffer.data_ptr());
 }
 
-// Sizes a stream-K grid, or picks how split-K CTAs meet (the split may shrink so that all clusters run at
-// once); allocates what that needs and launches.
-template <class Ab, class Out, int MP, int LB>
-void launch_plan(Launch l, const Args& x, const at::Tensor& like, bool split_forced, cudaStream_t stream) {
-  auto* kernel = &skinny_gemm_kernel<Ab, Out, MP, LB>;
-  const void* fn = reinterpret_cast<const void*>(kernel);
-  if (l.smem > 48 * 1024)
-    C10_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem));
-  Plan& p = l.plan;
-  p.cluster = 0;
-  // Contributions per tile that meet in the workspace (0: none).
-  int shared_slices = p.split_k > 1 ? p.split_k : 0;
-  if (p.stream_k) {
-    // One CTA per slot of the GPU, each with an equal run of units.
-    const long long units = static_cast<long long>(p.tiles) * p.sub_iters;
-    const long long slots = static_cast<long long>(l.sms) * fp8dk::max_active_blocks_per_sm(kernel, kThreads, l.smem);
-    const long long ctas = stream_k_ctas(units, slots, p.wk * iters_per_block(row_blocks(l.mp), LB));
-    l.grid = dim3(static_cast<unsigned>(ctas));
-    shared_slices = tiles_unshared(units, ctas, p.sub_iters) ? 0 : max_contributions(units, ctas, p.sub_iters);
-  }
-#if defined(FP8DK_NVIDIA)
-  // Clusters of the tile's split-K CTAs: (1, split, 1).
-  auto clusters_at_once = [&](int split) {
-    return fp8dk::max_active_clusters(fn, dim3(1, split, 1), kThreads, l.smem);
-  };
-  if (!p.stream_k && p.split_k > 1) {
-    if (split_forced) {
-      p.cluster = p.split_k <= kMaxClusterSplit && clusters_at_once(p.split_k) > 0;
-    } else {
-      // The largest split <= the planned one whose clusters all run at once.
-      for (int split = p.split_k < kMaxClusterSplit ? p.split_k : kMaxClusterSplit; split > 1 && !p.cluster;
-           --split) {
-        if (clusters_at_once(split) >= static_cast<int>(l.grid.x)) {
-          p.split_k = split;
-          p.cluster = 1;
-        }
-      }
-      l.grid.y = p.split_k;
-    }
-  }
-#endif
-  fp8dk::LaunchShape shape;
-  shape.grid = l.grid;
-  shape.block = dim3(kThreads);
-  shape.smem_bytes = l.smem;
-  if (p.cluster) {
-    shape.cluster = dim3(1, l.grid.y, 1);
-    fp8dk::launch_kernel(kernel, shape, stream, x.a, x.b, x.out, x.bias, x.scale_a, x.scale_b,
-                         static_cast<float*>(nullptr), static_cast<unsigned*>(nullptr), p);
-    return;
-  }
+template <class Fn>
+void raise_smem_limit(Fn* kernel, int bytes) {
+  C10_CUDA_CHECK(
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+}
+
+// Launches `kernel` as planned, with the workspace the plan asks for. `params`: the kernel's Plan or TmaPlan.
+template <class Fn, class Operand, class Params>
+void launch_planned(Fn* kernel, const LaunchPlan& l, const Operand& a, const Operand& b, const Args& x,
+                    const Params& params, const at::Tensor& like, cudaStream_t stream) {
+  if (l.smem_opt_in > 0) raise_smem_limit(kernel, l.smem_opt_in);
   float* ws = nullptr;
   unsigned* counters = nullptr;
   at::Tensor workspace;
-  if (shared_slices > 0) {
+  if (l.workspace_slices > 0) {
     // The fp32 partials [contributions, m, n] from the caching allocator (stream-ordered, graph-safe).
-    workspace = at::empty({static_cast<long long>(shared_slices) * p.m * p.n}, like.options().dtype(at::kFloat));
+    workspace = at::empty({static_cast<long long>(l.workspace_slices) * params.m * params.n},
+                          like.options().dtype(at::kFloat));
     ws = workspace.data_ptr<float>();
-    counters = arrival_counters(like, stream, p.tiles);
+    counters = arrival_counters(like, stream, params.tiles);
   }
-  fp8dk::launch_kernel(kernel, shape, stream, x.a, x.b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, p);
+  fp8dk::LaunchShape shape;
+  shape.grid = dim3(l.grid_x, l.grid_y);
+  shape.block = dim3(l.threads);
+  shape.smem_bytes = l.smem;
+  shape.cluster = dim3(1, l.cluster_y, 1);
+  fp8dk::launch_kernel(kernel, shape, stream, a, b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The portable kernel for the plan's template arguments: tokens padded to MP, b read LB bytes at a time.
+template <class Ab, class Out, int MP>
+auto portable_kernel_mp(int lb) {
+  switch (lb) {
+    case 16: return &skinny_gemm_kernel<Ab, Out, MP, 16>;
+    case 8: return &skinny_gemm_kernel<Ab, Out, MP, 8>;
+    default: return &skinny_gemm_kernel<Ab, Out, MP, Operand<Ab>::kBytes>;
+  }
+}
+template <class Ab, class Out>
+auto portable_kernel(int mp, int lb) {
+  switch (mp) {
+    case 8: return portable_kernel_mp<Ab, Out, 8>(lb);
+    case 16: return portable_kernel_mp<Ab, Out, 16>(lb);
+    case 24: return portable_kernel_mp<Ab, Out, 24>(lb);
+    default: return portable_kernel_mp<Ab, Out, 32>(lb);
+  }
 }
 
 #if defined(FP8DK_NVIDIA)
-// The copy-engine kernel's launch: its plan and the tensor maps of a and b (skinny_gemm_tma.cuh).
-struct TmaLaunch {
-  TmaPlan plan;
-  CUtensorMap map_a, map_b;
-};
-
-template <class Ab, class Out, int NT, int RB, bool kQgmma = false>
-void launch_tma(const TmaLaunch& t, const Args& x, const at::Tensor& like, cudaStream_t stream) {
-  auto* kernel = &skinny_gemm_tma_kernel<Ab, Out, NT, RB, kQgmma>;
-  const TmaPlan& p = t.plan;
-  // Per call (the attribute belongs to the current device's copy of the kernel), and always to the most any
-  // plan asks (the opt-in limit less skinny_gemm.cu's reserve), so it never drops below a captured launch's.
-  C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      fp8dk::max_shared_memory_per_block() - kTmaSmemReserve));
-  float* ws = nullptr;
-  unsigned* counters = nullptr;
-  at::Tensor workspace;
-  if (p.contributions > 1) {
-    workspace = at::empty({static_cast<long long>(p.contributions) * p.m * p.n}, like.options().dtype(at::kFloat));
-    ws = workspace.data_ptr<float>();
-    counters = arrival_counters(like, stream, p.tiles);
-  }
-  fp8dk::LaunchShape shape;
-  shape.grid = dim3(p.ctas);
-  shape.block = dim3(kTmaThreads);
-  shape.smem_bytes = p.smem_bytes;
-  fp8dk::launch_kernel(kernel, shape, stream, t.map_a, t.map_b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// Whether the copy-engine kernel's code for the current device has its sm_90 paths (else it only traps).
-inline bool tma_kernel_available() {
-  return fp8dk::launch_detail::ptx_version(reinterpret_cast<const void*>(
-             &skinny_gemm_tma_kernel<fp8dk::E4m3fn, fp8dk::Bf16, 1, 1>)) >= 90;
-}
-
+// The copy-engine kernel for the plan's template arguments: NT n-tiles of 8 tokens, RB row blocks per warp,
+// and whether its warpgroups multiply with wgmma (OCP e4m3, RB = 1).
 template <class Ab, class Out>
-void dispatch_tma(const TmaLaunch& t, const Args& x, const at::Tensor& like, cudaStream_t stream) {
+auto copy_engine_kernel(int nt, int rb, bool qgmma) {
   if constexpr (std::is_same_v<Ab, fp8dk::E4m3fn>) {
-    if (t.plan.qgmma) {
-      switch (t.plan.nt) {
-        case 1: return launch_tma<Ab, Out, 1, 1, true>(t, x, like, stream);
-        case 2: return launch_tma<Ab, Out, 2, 1, true>(t, x, like, stream);
-        case 3: return launch_tma<Ab, Out, 3, 1, true>(t, x, like, stream);
-        default: return launch_tma<Ab, Out, 4, 1, true>(t, x, like, stream);
+    if (qgmma) {
+      switch (nt) {
+        case 1: return &skinny_gemm_tma_kernel<Ab, Out, 1, 1, true>;
+        case 2: return &skinny_gemm_tma_kernel<Ab, Out, 2, 1, true>;
+        case 3: return &skinny_gemm_tma_kernel<Ab, Out, 3, 1, true>;
+        default: return &skinny_gemm_tma_kernel<Ab, Out, 4, 1, true>;
       }
     }
   }
-  const int key = t.plan.nt * 2 + t.plan.rb - 1;
-  switch (key) {
-    case 2: return launch_tma<Ab, Out, 1, 1>(t, x, like, stream);
-    case 3: return launch_tma<Ab, Out, 1, 2>(t, x, like, stream);
-    case 4: return launch_tma<Ab, Out, 2, 1>(t, x, like, stream);
-    case 5: return launch_tma<Ab, Out, 2, 2>(t, x, like, stream);
-    case 6: return launch_tma<Ab, Out, 3, 1>(t, x, like, stream);
-    case 7: return launch_tma<Ab, Out, 3, 2>(t, x, like, stream);
-    case 8: return launch_tma<Ab, Out, 4, 1>(t, x, like, stream);
-    default: return launch_tma<Ab, Out, 4, 2>(t, x, like, stream);
+  switch (nt * 2 + rb - 1) {
+    case 2: return &skinny_gemm_tma_kernel<Ab, Out, 1, 1>;
+    case 3: return &skinny_gemm_tma_kernel<Ab, Out, 1, 2>;
+    case 4: return &skinny_gemm_tma_kernel<Ab, Out, 2, 1>;
+    case 5: return &skinny_gemm_tma_kernel<Ab, Out, 2, 2>;
+    case 6: return &skinny_gemm_tma_kernel<Ab, Out, 3, 1>;
+    case 7: return &skinny_gemm_tma_kernel<Ab, Out, 3, 2>;
+    case 8: return &skinny_gemm_tma_kernel<Ab, Out, 4, 1>;
+    default: return &skinny_gemm_tma_kernel<Ab, Out, 4, 2>;
   }
 }
-#else
-struct TmaLaunch {};  // no copy-engine kernel on ROCm
 #endif
 
-// The run-time choices as template arguments: operand and out formats, token padding, weight access width;
-// or the copy-engine kernel when `tma` is set.
-struct Call {
-  const Launch& l;
-  const Args& x;
-  const at::Tensor& like;
-  bool split_forced;
-  cudaStream_t stream;
-  const TmaLaunch* tma;
+// The kernels of one operand and out format, as the plan and the launcher see them.
+class Kernels : public Occupancy {
+ public:
+  // Whether this build's copy-engine kernel has its sm_90 paths for the current device (else it only traps).
+  virtual bool copy_engine_code() const = 0;
+  virtual void launch(const LaunchPlan& l, const Args& x, const at::Tensor& like, cudaStream_t stream) const = 0;
+
+ protected:
+  ~Kernels() = default;
 };
 
-template <class Ab, class Out, int MP>
-void dispatch_access(const Call& c) {
-  switch (c.l.b_access) {
-    case 16:
-      return launch_plan<Ab, Out, MP, 16>(c.l, c.x, c.like, c.split_forced, c.stream);
-    case 8:
-      return launch_plan<Ab, Out, MP, 8>(c.l, c.x, c.like, c.split_forced, c.stream);
-    default:
-      return launch_plan<Ab, Out, MP, Operand<Ab>::kBytes>(c.l, c.x, c.like, c.split_forced, c.stream);
-  }
-}
-
 template <class Ab, class Out>
-void dispatch_m(const Call& c) {
-  switch (c.l.mp) {
-    case 8:
-      return dispatch_access<Ab, Out, 8>(c);
-    case 16:
-      return dispatch_access<Ab, Out, 16>(c);
-    case 24:
-      return dispatch_access<Ab, Out, 24>(c);
-    default:
-      return dispatch_access<Ab, Out, 32>(c);
+class KernelsOf final : public Kernels {
+ public:
+  int ctas_per_sm(int mp, int lb, int smem) const override {
+    auto* kernel = portable_kernel<Ab, Out>(mp, lb);
+    if (smem > kDefaultSmemLimit) raise_smem_limit(kernel, smem);
+    return fp8dk::max_active_blocks_per_sm(kernel, kThreads, smem);
   }
-}
 
-template <class Ab, class Out>
-void dispatch_kernel(const Call& c) {
+  int clusters_at_once(int mp, int lb, int smem, int split) const override {
 #if defined(FP8DK_NVIDIA)
-  if (c.tma != nullptr) return dispatch_tma<Ab, Out>(*c.tma, c.x, c.like, c.stream);
+    auto* kernel = portable_kernel<Ab, Out>(mp, lb);
+    if (smem > kDefaultSmemLimit) raise_smem_limit(kernel, smem);
+    return fp8dk::max_active_clusters(reinterpret_cast<const void*>(kernel), dim3(1, split, 1), kThreads, smem);
+#else
+    return 0;
 #endif
-  dispatch_m<Ab, Out>(c);
-}
+  }
+
+  bool copy_engine_code() const override {
+#if defined(FP8DK_NVIDIA)
+    return fp8dk::launch_detail::ptx_version(reinterpret_cast<const void*>(copy_engine_kernel<Ab, Out>(1, 1, false))) >= 90;
+#else
+    return false;
+#endif
+  }
+
+  void launch(const LaunchPlan& l, const Args& x, const at::Tensor& like, cudaStream_t stream) const override {
+#if defined(FP8DK_NVIDIA)
+    if (l.kernel == Kernel::kCopyEngine) {
+      const TmaPlan& p = l.copy_engine;
+      return launch_planned(copy_engine_kernel<Ab, Out>(p.nt, p.rb, p.qgmma != 0), l, x.map_a, x.map_b, x, p, like, stream);
+    }
+#endif
+    launch_planned(portable_kernel<Ab, Out>(l.mp, l.b_access), l, x.a, x.b, x, l.portable, like, stream);
+  }
+};
+
+// The kernels of an operand format for an out format (16-bit operands: out has their format); each defined in
+// the format's own translation unit.
+const Kernels& kernels_e4m3fn(at::ScalarType out);
+const Kernels& kernels_e4m3fnuz(at::ScalarType out);
+const Kernels& kernels_fp16();
+const Kernels& kernels_bf16();
 
 template <class Ab>
-void dispatch_out(at::ScalarType out, const Call& c) {
-  if (out == at::kHalf)
-    dispatch_kernel<Ab, fp8dk::Fp16>(c);
-  else
-    dispatch_kernel<Ab, fp8dk::Bf16>(c);
+const Kernels& fp8_kernels(at::ScalarType out) {
+  static const KernelsOf<Ab, fp8dk::Fp16> to_fp16;
+  static const KernelsOf<Ab, fp8dk::Bf16> to_bf16;
+  if (out == at::kHalf) return to_fp16;
+  return to_bf16;
 }
-
-// One entry point per operand format, each defined in its own translation unit.
-void launch_e4m3fn(at::ScalarType out, const Call& c);
-void launch_e4m3fnuz(at::ScalarType out, const Call& c);
-void launch_fp16(const Call& c);
-void launch_bf16(const Call& c);
 
 }  // namespace fp8dk::skinny

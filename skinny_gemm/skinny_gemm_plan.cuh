@@ -1,6 +1,7 @@
 #pragma once
 // Skinny GEMM, part 1: the tiling shared by the NVIDIA and AMD kernels and by the launcher, and the heuristic
-// that picks it from (M, N, K) and the SM/CU count. No torch; the launcher adds the environment overrides.
+// that picks it from (M, N, K) and the SM/CU count. No torch; skinny_gemm_launch_plan.h applies it, with the
+// tuning overrides.
 //
 // Work decomposition (out[M, N] = a[M, K] @ b[N, K]^T, M <= 32, b is the weight stream):
 //
@@ -23,6 +24,7 @@
 // 64 B on AMD), double-buffered in registers, so every lane has one to two stages outstanding: with 256-512
 // threads per SM that is 32-128 KB per SM, the ~30 KB per SM that Little's law asks for at H200 bandwidth
 // (4.8 TB/s x ~0.8 us loaded latency / 132 SMs) with room to spare.
+#include "common/int_math.h"
 #include "common/platform.cuh"
 
 namespace fp8dk {
@@ -105,7 +107,7 @@ FP8DK_HOST_DEVICE constexpr int act_pitch(int block_elems, int staged_bytes) {
 //    one K-block per split, and small enough that the fp32 partials (split_k * M * N * 4 B, written and read
 //    once) stay under ~1/8 of the weight bytes. With tiles >= SMs there is no split: a second wave of short
 //    slices costs more than it hides.
-// 4. (launcher, sm_90+) with split_k > 1, the largest split <= min(split_k, 8) whose clusters the device runs
+// 4. (NVIDIA) with split_k > 1, the largest split <= min(split_k, 8) whose clusters the device runs
 //    all at once (cudaOccupancyMaxActiveClusters); the workspace path when none does.
 // 5. Stream-K instead (one CTA per slot, each an equal run of the tiles x sub-iterations, the narrowest block
 //    of step 2) when the split grid of 2.-3. leaves more than 10% of the slots of its last wave idle, weight
@@ -116,15 +118,13 @@ FP8DK_HOST_DEVICE constexpr int act_pitch(int block_elems, int staged_bytes) {
 //    but 0.7-0.9x at 8B gate_up M = 24-32 (4 KB rows), QKV M >= 8 (4-9 K-blocks per CTA) and down (256 tiles
 //    on 264 slots). On an H200 (benchmarks/results/nvidia-h200/stream-k-2026-11-21/) the 405B gate_up choice is
 //    1.06-1.09x at M >= 16 and 0.94-1.01x at M <= 8. An empirical rule from those two sweeps.
-// The launcher lets FP8DK_SKINNY_BLOCK_N, FP8DK_SKINNY_SPLIT_K and FP8DK_SKINNY_STREAM_K override 2., 3. and 5.
-// (tuning, tests).
+// FP8DK_SKINNY_BLOCK_N, FP8DK_SKINNY_SPLIT_K and FP8DK_SKINNY_STREAM_K override 2., 3. and 5. (tuning, tests);
+// steps 4 and 5's grid, and the overrides, are applied in skinny_gemm_launch_plan.h.
 
 struct Shape {
   int m, n, k;
   int elem_bytes;  // bytes of an operand element (1 for FP8, 2 for fp16/bf16)
 };
-
-inline int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
 
 // CTAs the GPU runs at once with row-block count rb: the slots steps 2 and 3 fill.
 inline int cta_slots(int rb, int sms) { return sms * ctas_per_sm(rb); }
@@ -142,7 +142,7 @@ inline int default_wn(const Shape& s, int sms) {
   const int rows_per_warp = kRowBlock * rb;
   int wn = min_wn(s);
   const int slots = cta_slots(rb, sms);
-  while (wn < kWarps && ceil_div(s.n, rows_per_warp * wn) > slots) wn *= 2;
+  while (wn < kWarps && ceil_div<long long>(s.n, rows_per_warp * wn) > slots) wn *= 2;
   return wn;
 }
 
@@ -155,7 +155,7 @@ inline int max_split_k(const Shape& s, int wn, int lb) {
 
 inline int default_split_k(const Shape& s, int wn, int lb, int sms) {
   const int rb = row_blocks(padded_m(s.m));
-  const int tiles = ceil_div(s.n, kRowBlock * rb * wn);
+  const int tiles = ceil_div<long long>(s.n, kRowBlock * rb * wn);
   if (tiles >= sms || s.k == 0) return 1;
   const int slots = cta_slots(rb, sms);
   int split = (slots + tiles / 2) / tiles;
@@ -175,11 +175,11 @@ constexpr int kStreamKMinRowBytes = 8192;
 inline bool prefer_stream_k(const Shape& s, int wn, int split, int lb, int sms) {
   if (static_cast<long long>(s.k) * s.elem_bytes < kStreamKMinRowBytes) return false;
   const int rb = row_blocks(padded_m(s.m)), slots = cta_slots(rb, sms);
-  const long long ctas = static_cast<long long>(ceil_div(s.n, kRowBlock * rb * wn)) * split;
+  const long long ctas = ceil_div<long long>(s.n, kRowBlock * rb * wn) * split;
   const long long waves = (ctas + slots - 1) / slots;
   if (10 * ctas >= 9 * waves * slots) return false;  // the split grid fills its slots
   const int stream_wn = min_wn(s);
-  const long long units = static_cast<long long>(ceil_div(s.n, kRowBlock * rb * stream_wn)) *
+  const long long units = ceil_div<long long>(s.n, kRowBlock * rb * stream_wn) *
                           ceil_div(s.k, sub_iter_elems(s.elem_bytes));
   const int block_units = (kWarps / stream_wn) * iters_per_block(rb, lb);
   return units >= static_cast<long long>(kStreamKMinBlocks) * block_units * slots;

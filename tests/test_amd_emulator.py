@@ -794,8 +794,6 @@ PLANNING = [  # launcher source, function: copied verbatim into tools/amd_emu/dr
     ("rmsnorm_fp8/rmsnorm.cu", "all_aligned"),
     ("rmsnorm_fp8/rmsnorm.cu", "configure_one_cta"),
     ("rmsnorm_fp8/rmsnorm.cu", "configure"),
-    ("skinny_gemm/skinny_gemm.cu", "largest_access"),
-    ("skinny_gemm/skinny_gemm.cu", "plan_launch"),
 ]
 
 

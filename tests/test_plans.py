@@ -1,17 +1,22 @@
-"""The copy-engine GEMM's plan (skinny_gemm/skinny_gemm_tma_plan.cuh) on the host, for Hopper's properties.
+"""skinny_gemm's launch plan (skinny_gemm/skinny_gemm_launch_plan.h) on the host, for H100, H200, A100 and MI300X
+properties.
 
-tests/plans/tma_plans.cu compiles the plan header alone (nvcc, host code only: no GPU needed) and prints every
-plan together with what walking the persistent grid's unit ranges gives (the most CTAs any tile meets, CTAs
-with no work, units covered). The checks: every decode shape and odd shape at every M = 1..32 gets a plan that
-fits the device (shared memory, box and swizzle alignment, barrier slots), covers N and K exactly once, gives
-every CTA work, and sizes the workspace for the most contributions a tile really meets. A missing nvcc is a
-skip outside CI and a failure in CI, as for the machine-code checks.
+tests/plans/skinny_plans.cu compiles the plan header alone (no GPU): with nvcc for NVIDIA, and with clang and the
+AMD emulator's HIP layer for AMD (the portable kernel's tiling depends on the wave size, a compile-time constant).
+It prints every plan, and for the copy-engine kernel what walking the persistent grid's unit ranges gives (the
+most CTAs any tile meets, CTAs with no work, units covered). The checks: which kernel runs (the copy-engine
+kernel on Hopper where it can read the operands, the portable kernel on misaligned weights, K = 0, pre-Hopper
+GPUs, ROCm, and under the knobs that ask for it); every plan fits the device, covers N and K exactly once, and
+sizes its split-K / stream-K grid and workspace consistently; overrides are honoured and invalid ones rejected
+with the variable's name. A missing nvcc is a skip outside CI and a failure in CI, as for the machine-code checks;
+a missing clang-19 skips the AMD cases.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,39 +24,89 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+SOURCE = REPO / "tests" / "plans" / "skinny_plans.cu"
 sys.path.insert(0, str(REPO / "tools" / "compile_check"))
 import check  # noqa: E402
 
-# (SMs, dynamic shared memory a block may opt in to, less the 1 KB the launcher keeps back).
-DEVICES = {"H100 SXM": (132, 232448 - 1024), "H200": (132, 232448 - 1024), "H100 PCIe": (114, 232448 - 1024)}
+# vendor (0 NVIDIA, 1 AMD), compute capability major, SMs/CUs, shared memory a block may use (NVIDIA: opt-in),
+# copy-engine code in the build, portable CTAs per SM, CTAs that clusters may hold at once (0: no clusters).
+H100 = (0, 9, 132, 232448, 1, 2, 264)
+DEVICES = {"H100 SXM": H100, "H200": H100, "H100 PCIe": (0, 9, 114, 232448, 1, 2, 228)}
+A100 = (0, 8, 108, 166912, 0, 2, 0)
+MI300X = (1, 0, 304, 65536, 0, 4, 0)
+SMEM_RESERVE = 1024  # of the opt-in limit, kept back for the copy-engine kernel's static shared memory
 SHAPES = [(2304, 16384), (16384, 2048), (13312, 16384), (16384, 6656), (10240, 8192), (8192, 28672), (6144, 4096),
           (28672, 4096), (1, 16), (17, 33), (300, 4176), (13312, 48), (4000, 1003), (129, 64 * 64 + 63)]
 MAX_STAGES, CONSUMER_WARPS, BOX_BYTES = 16, 8, 128
+NO_OVERRIDES = {"copy_engine": 1, "tma_wk": 0, "tma_rb": 0, "tma_boxes": 0, "tma_stages": 0, "tma_whole_tiles": -1,
+                "block_n": 0, "split_k": 0, "stream_k": -1}
+
+
+def _fail_or_skip(reason):
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory) -> dict:
+def nvidia_planner(tmp_path_factory) -> Path:
     try:
         nvcc = check.find_nvcc()
     except check.ToolMissing as e:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and nvcc is missing: {e}")
-        pytest.skip(str(e))
-    exe = tmp_path_factory.mktemp("plans") / "tma_plans"
-    subprocess.run([str(nvcc), "-std=c++17", f"-I{REPO}", "-o", str(exe), str(REPO / "tests/plans/tma_plans.cu")],
-                   check=True, capture_output=True, text=True)
-    problems = [(m, n, k, eb, sms, smem) for sms, smem in DEVICES.values() for n, k in SHAPES
-                for m in range(1, 33) for eb in (1, 2)]
-    out = subprocess.run([str(exe)], input="".join(" ".join(map(str, p)) + "\n" for p in problems),
-                         check=True, capture_output=True, text=True).stdout.splitlines()
+        _fail_or_skip(f"nvcc is missing: {e}")
+    exe = tmp_path_factory.mktemp("plans") / "skinny_plans_nvidia"
+    subprocess.run([str(nvcc), "-std=c++17", f"-I{REPO}", "-o", str(exe), str(SOURCE)], check=True,
+                   capture_output=True, text=True)
+    return exe
+
+
+@pytest.fixture(scope="module")
+def amd_planner(tmp_path_factory) -> Path:
+    """The same program under the ROCm build's macros and the AMD emulator's HIP layer (host code only)."""
+    clang = shutil.which(os.environ.get("CLANGXX", "clang++-19"))
+    if clang is None:
+        pytest.skip("clang++-19 not found (bash tools/compile_check/install_tools.sh installs it)")
+    exe = tmp_path_factory.mktemp("plans") / "skinny_plans_amd"
+    # tools/amd_emu/build.py's macros: the ROCm build's, with the emulator's HIP layer.
+    macros = ["-D__HIP_PLATFORM_AMD__=1", "-DUSE_ROCM=1", "-DFP8DK_HIP_SHIM", "-D__HIP_DEVICE_COMPILE__=1",
+              "-D__AMDGCN_WAVEFRONT_SIZE=64", "-D__gfx942__=1"]
+    includes = ["-I", str(REPO / "tools" / "amd_emu"), "-I", str(REPO / "tools" / "compile_check"), "-I", str(REPO)]
+    subprocess.run([clang, "-x", "c++", "-std=c++20", "-O1", "-fdeclspec", "-w", *macros, *includes, "-o", str(exe),
+                    str(SOURCE)], check=True, capture_output=True, text=True)
+    return exe
+
+
+def plan_all(exe: Path, problems: list) -> list:
+    """problems: (device tuple, m, n, k, elem_bytes, a_align, b_align, overrides dict) -> one plan dict each."""
+    lines = []
+    for device, m, n, k, eb, a_align, b_align, overrides in problems:
+        o = {**NO_OVERRIDES, **overrides}
+        lines.append(" ".join(map(str, (*device, m, n, k, eb, a_align, b_align, *o.values()))) + "\n")
+    out = subprocess.run([str(exe)], input="".join(lines), check=True, capture_output=True,
+                         text=True).stdout.splitlines()
     assert len(out) == len(problems)
-    return {p: json.loads(line) for p, line in zip(problems, out)}
+    return [json.loads(line) for line in out]
 
 
-def test_every_problem_planned_and_legal(plans):
-    for (m, n, k, eb, sms, smem), p in plans.items():
+def plan_one(exe, device, m, n, k, eb=1, a_align=16, b_align=16, **overrides) -> dict:
+    return plan_all(exe, [(device, m, n, k, eb, a_align, b_align, overrides)])[0]
+
+
+# ------------------------------------------------------------------------------------------ the copy-engine kernel
+
+
+@pytest.fixture(scope="module")
+def copy_engine_plans(nvidia_planner) -> dict:
+    problems = [(device, m, n, k, eb, 16, 16, {}) for device in DEVICES.values() for n, k in SHAPES
+                for m in range(1, 33) for eb in (1, 2)]
+    return {(d[2], m, n, k, eb, d[3]): p for (d, m, n, k, eb, *_), p in
+            zip(problems, plan_all(nvidia_planner, problems))}
+
+
+def test_copy_engine_plans_legal(copy_engine_plans):
+    for (sms, m, n, k, eb, smem), p in copy_engine_plans.items():
         where = f"M={m} N={n} K={k} elem={eb} SMs={sms}: {p}"
-        assert p["planned"], where
+        assert p["kernel"] == "copy_engine", where
         assert p["nt"] * 8 >= m > (p["nt"] - 1) * 8, where
         assert p["wn"] * p["wk"] == CONSUMER_WARPS and p["boxes"] % p["wk"] == 0, where
         assert p["block_n"] == p["wn"] * 16 * p["rb"] <= 256, where  # a box has at most 256 rows
@@ -61,20 +116,185 @@ def test_every_problem_planned_and_legal(plans):
             assert p[key] % 1024 == 0, (key, where)
         assert 2 <= p["stages"] <= MAX_STAGES and p["barrier_offset"] % 8 == 0, where
         assert p["barrier_offset"] >= p["stages"] * p["stage_bytes"] + p["red_pitch"] * 4 * 8 * p["nt"], where
-        assert p["smem_bytes"] <= smem, where
+        # Shared memory within the opt-in limit less the reserve, and the kernel's limit raised to exactly that.
+        assert p["smem"] == p["smem_bytes"] <= smem - SMEM_RESERVE == p["smem_opt_in"], where
         # N and K covered exactly: tiles of block_n rows, K-blocks of `boxes` boxes.
         assert (p["tiles"] - 1) * p["block_n"] < n <= p["tiles"] * p["block_n"], where
         kb_elems = p["boxes"] * p["box_elems"]
         assert (p["k_blocks"] - 1) * kb_elems < k <= p["k_blocks"] * kb_elems, where
         # The persistent grid: at most one CTA per SM, each with work, every unit once; the workspace holds
-        # the most contributions any tile meets (1: no workspace at all).
+        # the most contributions any tile meets (none at all where every tile has one CTA).
+        assert p["grid_x"] == p["ctas"] and p["grid_y"] == 1 and p["cluster_y"] == 1, where
         assert 1 <= p["ctas"] <= sms and p["empty_ctas"] == 0, where
         assert p["covered_units"] == p["units"], where
         assert p["most_contributions"] <= p["contributions"], where
+        assert p["workspace_slices"] == (p["contributions"] if p["contributions"] > 1 else 0), where
+        # a's tensor map: the real stride, or for one row any legal one.
+        assert p["a_map_stride_bytes"] == (k * eb if m > 1 else -(-k * eb // 16) * 16), where
+        # wgmma (the FP8 problems here are OCP e4m3) above 8 tokens, with warpgroups of 4 warps of one row block
+        # side by side (wn = 4 or 8); mma.sync, exact, at 8 tokens or fewer and for 16-bit operands.
+        assert p["qgmma"] == (eb == 1 and m > 8), where
+        if p["qgmma"]:
+            assert p["rb"] == 1 and p["wn"] in (4, 8), where
 
 
-def test_decode_shapes_fill_the_gpu(plans):
+def test_decode_shapes_fill_the_gpu(copy_engine_plans):
     """Large decode shapes use every SM, or one CTA per tile where that leaves at most 10% of them idle."""
-    for (m, n, k, eb, sms, smem), p in plans.items():
+    for (sms, m, n, k, eb, smem), p in copy_engine_plans.items():
         if n * k * eb >= (32 << 20):
             assert p["ctas"] == sms or (p["ctas"] == p["tiles"] and 10 * p["tiles"] >= 9 * sms), (m, n, k, eb, p)
+
+
+# ------------------------------------------------------------------------------------------ which kernel
+
+KERNEL_CHOICE = [  # (what, device, m, n, k, a_align, b_align, overrides, kernel)
+    ("aligned rows on Hopper", H100, 8, 2304, 16384, 16, 16, {}, "copy_engine"),
+    ("rows of b 8 bytes apart", H100, 8, 2304, 16384, 16, 8, {}, "portable"),
+    ("rows of a 8 bytes apart", H100, 8, 2304, 16384, 8, 16, {}, "portable"),
+    ("K = 0", H100, 8, 2304, 0, 16, 16, {}, "portable"),
+    ("pre-Hopper", A100, 8, 2304, 16384, 16, 16, {}, "portable"),
+    ("no sm_90 code in the build", (0, 9, 132, 232448, 0, 2, 264), 8, 2304, 16384, 16, 16, {}, "portable"),
+    ("Blackwell", (0, 10, 148, 232448, 1, 2, 296), 8, 2304, 16384, 16, 16, {}, "portable"),
+    ("FP8DK_SKINNY_TMA=0", H100, 8, 2304, 16384, 16, 16, {"copy_engine": 0}, "portable"),
+    ("FP8DK_SKINNY_BLOCK_N", H100, 8, 2304, 16384, 16, 16, {"block_n": 64}, "portable"),
+    ("FP8DK_SKINNY_SPLIT_K", H100, 8, 2304, 16384, 16, 16, {"split_k": 2}, "portable"),
+    ("FP8DK_SKINNY_STREAM_K=0", H100, 8, 2304, 16384, 16, 16, {"stream_k": 0}, "portable"),
+    ("FP8DK_SKINNY_TMA_WHOLE_TILES=0", H100, 8, 2304, 16384, 16, 16, {"tma_whole_tiles": 0}, "copy_engine"),
+    ("a ring of 2 stages does not fit", (0, 9, 132, 40 * 1024, 1, 2, 264), 32, 2304, 16384, 16, 16, {}, "portable"),
+]
+
+
+@pytest.mark.parametrize("what,device,m,n,k,a_align,b_align,overrides,kernel", KERNEL_CHOICE,
+                         ids=[c[0] for c in KERNEL_CHOICE])
+def test_kernel_choice(nvidia_planner, what, device, m, n, k, a_align, b_align, overrides, kernel):
+    p = plan_one(nvidia_planner, device, m, n, k, 1, a_align, b_align, **overrides)
+    assert p["kernel"] == kernel, p
+
+
+def test_amd_runs_the_portable_kernel(amd_planner):
+    for m in (1, 8, 9, 32):
+        assert plan_one(amd_planner, MI300X, m, 2304, 16384)["kernel"] == "portable"
+
+
+# ------------------------------------------------------------------------------------------ the portable kernel
+
+PORTABLE_DEVICES = {  # name -> (planner fixture, device, warps per CTA)
+    "H100": ("nvidia_planner", H100, 8), "A100": ("nvidia_planner", A100, 8), "MI300X": ("amd_planner", MI300X, 4)}
+PORTABLE_OVERRIDES = [{}, {"stream_k": 0}, {"stream_k": 1}, {"split_k": 3}, {"split_k": 13}]
+
+
+def check_portable(p, device, warps, m, n, k, eb, where):
+    sms, smem_limit, ctas_per_sm, cluster_slots = device[2], device[3], device[5], device[6]
+    assert p["kernel"] == "portable" and p["threads"] == 256, where
+    assert p["mp"] == (m + 7) // 8 * 8, where
+    rb = 2 if p["mp"] > 16 else 1
+    assert p["wn"] * p["wk"] == warps and p["block_n"] == 16 * rb * p["wn"], where
+    assert 0 < p["smem"] <= smem_limit and p["smem_opt_in"] == (p["smem"] if p["smem"] > 48 * 1024 else 0), where
+    # N once: tiles of block_n rows; K once: sub-iterations of 64 bytes, K-blocks of block_elems.
+    assert (p["tiles"] - 1) * p["block_n"] < n <= p["tiles"] * p["block_n"], where
+    si = 64 // eb
+    assert (p["sub_iters"] - 1) * si < k <= p["sub_iters"] * si or k == p["sub_iters"] == 0, where
+    k_blocks = max(-(-k // p["block_elems"]), 1)
+    if p["stream_k"]:
+        # One CTA per slot at most, each with at least one K-block; the tiles' partial sums meet in the workspace.
+        assert k > 0 and p["split_k"] == 1 and p["grid_y"] == 1 and p["cluster_y"] == 1, where
+        assert 1 <= p["grid_x"] <= sms * ctas_per_sm, where
+        assert p["grid_x"] * p["block_elems"] // si <= max(p["tiles"] * p["sub_iters"], p["block_elems"] // si), where
+    else:
+        assert (p["grid_x"], p["grid_y"]) == (p["tiles"], p["split_k"]), where
+        assert 1 <= p["split_k"] <= k_blocks, where
+        if p["cluster"]:
+            # A cluster per tile (NVIDIA): its CTAs reduce through distributed shared memory, no workspace.
+            assert device[0] == 0 and cluster_slots > 0 and 2 <= p["split_k"] <= 8, where
+            assert p["cluster_y"] == p["split_k"] and p["workspace_slices"] == 0, where
+        else:
+            assert p["cluster_y"] == 1, where
+            assert p["workspace_slices"] == (p["split_k"] if p["split_k"] > 1 else 0), where
+
+
+@pytest.mark.parametrize("name", list(PORTABLE_DEVICES))
+def test_portable_plans_legal(request, name):
+    fixture, device, warps = PORTABLE_DEVICES[name]
+    planner = request.getfixturevalue(fixture)
+    problems = [(device, m, n, k, eb, 16, b_align, {"copy_engine": 0, **o}) for n, k in SHAPES + [(300, 0)]
+                for m in (1, 4, 8, 9, 16, 17, 24, 32) for eb in (1, 2) for b_align in (16, 8, 1)
+                for o in PORTABLE_OVERRIDES]
+    for (d, m, n, k, eb, _, b_align, o), p in zip(problems, plan_all(planner, problems)):
+        where = f"{name} M={m} N={n} K={k} elem={eb} b_align={b_align} {o}: {p}"
+        assert "error" not in p, where
+        check_portable(p, device, warps, m, n, k, eb, where)
+        assert p["b_access"] == (b_align if b_align >= 8 else eb), where
+        # Overrides honoured: a forced split (capped at one K-block per CTA) is a split grid; STREAM_K picks.
+        if o.get("split_k"):
+            cap = max(-(-k // p["block_elems"]), 1)
+            assert not p["stream_k"] and p["split_k"] <= min(o["split_k"], cap), where
+            assert p["split_k"] == min(o["split_k"], cap), where  # a forced split is never shrunk for clusters
+        if o.get("stream_k") == 0 or k == 0:
+            assert not p["stream_k"], where
+        if o.get("stream_k") == 1 and k > 0:
+            assert p["stream_k"], where
+
+
+def test_clusters_shrink_the_split_until_they_all_run(nvidia_planner):
+    """The heuristic's split on Hopper: the largest split <= min(split, 8) whose clusters the device runs at once
+    (the cluster count comes from the occupancy the launcher asks the runtime for)."""
+    free = plan_one(nvidia_planner, H100, 8, 2304, 16384, stream_k=0)
+    assert free["cluster"] and free["split_k"] <= 8
+    tight = plan_one(nvidia_planner, H100[:6] + (free["tiles"] * 2,), 8, 2304, 16384, stream_k=0)
+    assert tight["cluster"] and tight["split_k"] == 2 and tight["cluster_y"] == 2
+    none = plan_one(nvidia_planner, H100[:6] + (0,), 8, 2304, 16384, stream_k=0)
+    assert not none["cluster"] and none["workspace_slices"] == none["split_k"] > 1
+
+
+def test_forced_block_n(nvidia_planner, amd_planner):
+    for planner, device, rows in ((nvidia_planner, H100, 8), (amd_planner, MI300X, 4)):
+        for m, block_n in ((1, 16), (1, 32), (4, 16 * rows), (16, 64), (32, 32 * rows)):
+            p = plan_one(planner, device, m, 1000, 4096 + 64, copy_engine=0, block_n=block_n, split_k=3)
+            assert p["block_n"] == block_n and p["split_k"] == 3, p
+        assert plan_one(planner, device, 4, 1000, 4096, block_n=16 * rows)["wk"] == 1
+
+
+# ------------------------------------------------------------------------------------------ invalid overrides
+
+INVALID = [  # (m, overrides, message)
+    (32, {"block_n": 48}, "FP8DK_SKINNY_BLOCK_N must be 32 times a power of two <= 8 for M = 32, got 48"),
+    (8, {"block_n": 24}, "FP8DK_SKINNY_BLOCK_N must be 16 times a power of two"),
+    (32, {"block_n": 32}, "FP8DK_SKINNY_BLOCK_N = 32 is too narrow for M = 32"),
+    (8, {"tma_wk": 3}, "FP8DK_SKINNY_TMA_WK must divide 8"),
+    (8, {"tma_rb": 3}, "FP8DK_SKINNY_TMA_RB be 1 or 2"),
+    (8, {"tma_wk": 2, "tma_boxes": 3}, "FP8DK_SKINNY_TMA_BOXES be a multiple of it"),
+]
+
+
+@pytest.mark.parametrize("m,overrides,message", INVALID, ids=[m for *_, m in INVALID])
+def test_invalid_overrides_rejected(nvidia_planner, m, overrides, message):
+    p = plan_one(nvidia_planner, H100, m, 2304, 16384, **overrides)
+    assert message in p.get("error", ""), p
+
+
+def read_overrides(exe, **env) -> dict:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FP8DK_")}
+    out = subprocess.run([str(exe), "overrides"], env={**environ, **env}, check=True, capture_output=True,
+                         text=True).stdout
+    return json.loads(out)
+
+
+def test_overrides_read_from_the_environment(nvidia_planner):
+    assert read_overrides(nvidia_planner) == NO_OVERRIDES
+    assert read_overrides(nvidia_planner, FP8DK_SKINNY_TMA="", FP8DK_SKINNY_SPLIT_K="") == NO_OVERRIDES
+    env = {"FP8DK_SKINNY_TMA": "0", "FP8DK_SKINNY_TMA_WK": "2", "FP8DK_SKINNY_TMA_RB": "1",
+           "FP8DK_SKINNY_TMA_BOXES": "4", "FP8DK_SKINNY_TMA_STAGES": "3", "FP8DK_SKINNY_TMA_WHOLE_TILES": "0",
+           "FP8DK_SKINNY_BLOCK_N": "64", "FP8DK_SKINNY_SPLIT_K": "5", "FP8DK_SKINNY_STREAM_K": "1"}
+    assert read_overrides(nvidia_planner, **env) == {
+        "copy_engine": 0, "tma_wk": 2, "tma_rb": 1, "tma_boxes": 4, "tma_stages": 3, "tma_whole_tiles": 0,
+        "block_n": 64, "split_k": 5, "stream_k": 1}
+
+
+@pytest.mark.parametrize("variable,value,expected", [
+    ("FP8DK_SKINNY_TMA", "on", "0 or 1"), ("FP8DK_SKINNY_STREAM_K", "yes", "0 or 1"),
+    ("FP8DK_SKINNY_TMA_WHOLE_TILES", "2", "0 or 1"), ("FP8DK_SKINNY_SPLIT_K", "two", "a positive integer"),
+    ("FP8DK_SKINNY_SPLIT_K", "0", "a positive integer"), ("FP8DK_SKINNY_BLOCK_N", "-32", "a positive integer"),
+    ("FP8DK_SKINNY_TMA_STAGES", "4x", "a positive integer")])
+def test_invalid_override_values_rejected(nvidia_planner, variable, value, expected):
+    assert read_overrides(nvidia_planner, **{variable: value}) == {
+        "error": f"{variable} must be {expected}, got '{value}'"}

@@ -16,6 +16,8 @@ kernel). Tests that force the portable kernel's knobs run it on every pass. Wher
 aligned) both passes take the portable kernel; test_kernel_choice checks which kernel ran.
 """
 
+import os
+
 import pytest
 import torch
 
@@ -308,31 +310,43 @@ def test_forced_block_n(kernel, monkeypatch, block_n, m):
     check(kernel, m, 1000, 4096 + 64, torch.float8_e4m3fn, bias=True)
 
 
+BAD_OVERRIDES = [  # (variable, value, message): on every GPU, the copy-engine kernel's knobs included
+    ("FP8DK_SKINNY_BLOCK_N", "48", "FP8DK_SKINNY_BLOCK_N must be 32 times a power of two"),
+    ("FP8DK_SKINNY_BLOCK_N", "32", "FP8DK_SKINNY_BLOCK_N = 32 is too narrow"),
+    ("FP8DK_SKINNY_SPLIT_K", "two", "FP8DK_SKINNY_SPLIT_K must be a positive integer"),
+    ("FP8DK_SKINNY_STREAM_K", "yes", "FP8DK_SKINNY_STREAM_K must be 0 or 1"),
+    ("FP8DK_SKINNY_TMA", "on", "FP8DK_SKINNY_TMA must be 0 or 1"),
+    ("FP8DK_SKINNY_TMA_STAGES", "4x", "FP8DK_SKINNY_TMA_STAGES must be a positive integer, got '4x'"),
+    ("FP8DK_SKINNY_TMA_WHOLE_TILES", "2", "FP8DK_SKINNY_TMA_WHOLE_TILES must be 0 or 1"),
+]
+
+
 def test_bad_overrides(kernel, monkeypatch):
+    """Malformed FP8DK_SKINNY_* values and overrides the problem cannot take are rejected, the message naming
+    the variable (common/tuning.h and the plan throw std::invalid_argument: torch raises RuntimeError)."""
     a, b, sa, sb, bias, out_dtype = operands(32, 256, 512, torch.float8_e4m3fn)
-    monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", "48")
-    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_BLOCK_N must be 32 times a power of two"):
-        run(kernel, a, b, sa, sb, bias, out_dtype)
-    monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", "32")
-    with pytest.raises(RuntimeError, match="too narrow"):
-        run(kernel, a, b, sa, sb, bias, out_dtype)
-    monkeypatch.delenv("FP8DK_SKINNY_BLOCK_N")
-    monkeypatch.setenv("FP8DK_SKINNY_SPLIT_K", "two")
-    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_SPLIT_K must be a positive integer"):
-        run(kernel, a, b, sa, sb, bias, out_dtype)
-    monkeypatch.delenv("FP8DK_SKINNY_SPLIT_K")
-    monkeypatch.setenv("FP8DK_SKINNY_STREAM_K", "yes")
-    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_STREAM_K must be 0 or 1"):
-        run(kernel, a, b, sa, sb, bias, out_dtype)
-    monkeypatch.delenv("FP8DK_SKINNY_STREAM_K")
-    monkeypatch.setenv("FP8DK_SKINNY_TMA", "on")
-    with pytest.raises(RuntimeError, match="FP8DK_SKINNY_TMA must be 0 or 1"):
-        run(kernel, a, b, sa, sb, bias, out_dtype)
-    monkeypatch.delenv("FP8DK_SKINNY_TMA")
-    if is_hopper():
-        monkeypatch.setenv("FP8DK_SKINNY_TMA_WK", "3")
-        with pytest.raises(RuntimeError, match="FP8DK_SKINNY_TMA_WK must divide 8"):
+    bad = BAD_OVERRIDES + ([("FP8DK_SKINNY_TMA_WK", "3", "FP8DK_SKINNY_TMA_WK must divide 8")] if is_hopper() else [])
+    for variable, value, message in bad:
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(RuntimeError, match=message):
             run(kernel, a, b, sa, sb, bias, out_dtype)
+        monkeypatch.delenv(variable)
+
+
+def test_overrides_read_once_per_process(kernel):
+    """An override is read on first use and kept: a change to the environment behind the kernel's back (not
+    through monkeypatch, which reloads) shows only after _reload_tuning."""
+    a, b, sa, sb, bias, out_dtype = operands(8, 256, 512, torch.float8_e4m3fn)
+    run(kernel, a, b, sa, sb, bias, out_dtype)
+    os.environ["FP8DK_SKINNY_SPLIT_K"] = "two"
+    try:
+        run(kernel, a, b, sa, sb, bias, out_dtype)
+        kernel.ops._reload_tuning()
+        with pytest.raises(RuntimeError, match="FP8DK_SKINNY_SPLIT_K must be a positive integer"):
+            run(kernel, a, b, sa, sb, bias, out_dtype)
+    finally:
+        del os.environ["FP8DK_SKINNY_SPLIT_K"]
+        kernel.ops._reload_tuning()
 
 
 @pytest.mark.parametrize("split", (None, "heuristic", "4", "13"))

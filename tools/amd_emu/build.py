@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 EMU = ROOT / "tools" / "amd_emu"
 TARGETS = ("gfx942", "gfx950")
 SOURCE_GLOBS = ("common/*.cuh", "common/*.h", "quant_fp8/*.cuh", "rmsnorm_fp8/*.cuh", "swiglu_fp8/*.cuh",
-                "skinny_gemm/*.cuh", "tools/amd_emu/*.h", "tools/amd_emu/*.cpp", "tools/amd_emu/shim/*.h",
-                "tools/compile_check/hip_min.h")
+                "skinny_gemm/*.cuh", "skinny_gemm/*.h", "tools/amd_emu/*.h", "tools/amd_emu/*.cpp",
+                "tools/amd_emu/shim/*.h", "tools/compile_check/hip_min.h")
 
 
 def clang() -> str:

@@ -13,11 +13,11 @@
 // Host side: what the ROCm launchers (quant_fp8/quantize.cu, swiglu_fp8/swiglu.cu, rmsnorm_fp8/rmsnorm.cu,
 // skinny_gemm/skinny_gemm.cu + skinny_gemm_launch.cuh) do on ROCm, for an emulated device (MI300X: 304 CUs,
 // 64 KB LDS per workgroup; MI355X: 256 CUs, 160 KB). The planning code they share is compiled here as is
-// (common/row_chunk_grid.h, skinny_gemm/skinny_gemm_plan.cuh); their own planning functions (store/vector
-// width, rms_norm's configure, skinny_gemm's plan_launch) live in anonymous namespaces next to torch calls, so
-// they are copied below verbatim (tests/test_amd_emulator.py::test_emulated_plan_is_the_launchers keeps the
-// copies equal to the launchers'); the rest of the launch (dtype dispatch, the workspace, ROCm's launch_plan)
-// is restated in the op_* functions, each naming what it follows.
+// (common/row_chunk_grid.h; skinny_gemm's whole launch plan, skinny_gemm/skinny_gemm_launch_plan.h); the other
+// launchers' own planning functions (store/vector width, rms_norm's configure) live in anonymous namespaces next
+// to torch calls, so they are copied below verbatim (tests/test_amd_emulator.py::test_emulated_plan_is_the_launchers
+// keeps the copies equal to the launchers'); the rest of the launch (dtype dispatch, the workspace) is restated
+// in the op_* functions, each naming what it follows.
 //
 // Ops: quant, swiglu, rmsnorm, gemm (the kernels); mfma, cvt (single instructions, for the layout and
 // conversion tests); selftest (kernels that break the emulator's rules: each must stop with an error); options (see emu::Options): sfu_ulp, fnuz_negative_zero_nan, cvt_overflow_saturates,
@@ -31,6 +31,7 @@
 #include "quant_fp8/quantize_kernels.cuh"
 #include "rmsnorm_fp8/rmsnorm_kernels.cuh"
 #include "skinny_gemm/skinny_gemm_kernels.cuh"
+#include "skinny_gemm/skinny_gemm_launch_plan.h"
 #include "swiglu_fp8/swiglu_kernels.cuh"
 #include "common/row_chunk_grid.h"
 
@@ -195,8 +196,7 @@ void with_width(int w, F&& f) {
 // ------------------------------------------------------------------------------------------ the launchers' planning
 // The launchers' planning functions, copied verbatim from their .cu files (tests/test_amd_emulator.py checks
 // that each body still equals the launcher's), with stand-ins for what they call: the device attributes of
-// the emulated device (common/device_info.h), TORCH_CHECK, the environment overrides (driver arguments) and
-// the weight tensor's data pointer.
+// the emulated device (common/device_info.h) and TORCH_CHECK.
 
 #define TORCH_CHECK(cond, ...)                                                      \
   do {                                                                              \
@@ -206,11 +206,6 @@ void with_width(int w, F&& f) {
 namespace fp8dk {
 inline int multiprocessor_count() { return g_dev.sms; }
 inline int max_shared_memory_per_block() { return g_dev.lds_bytes; }
-struct SkinnyGemmShape {  // common/checks.h
-  int64_t m, n, k;
-  bool fp8;
-  int64_t a_row_stride, b_row_stride, out_row_stride;
-};
 }  // namespace fp8dk
 
 namespace quant_launcher {  // quant_fp8/quantize.cu
@@ -319,92 +314,6 @@ Launch configure(RmsNormParams& p, int out_elem_bytes) {
   return l;
 }
 }  // namespace rmsnorm_launcher
-
-namespace skinny_launcher {  // skinny_gemm/skinny_gemm.cu
-using namespace fp8dk::skinny;
-struct Launch {  // skinny_gemm_launch.cuh
-  Plan plan;
-  dim3 grid;
-  int smem;
-  int mp;
-  int b_access;
-  int sms;
-};
-struct WeightTensor {  // what plan_launch reads of the weight tensor
-  const void* ptr;
-  const void* data_ptr() const { return ptr; }
-};
-// FP8DK_SKINNY_SPLIT_K / _BLOCK_N / _STREAM_K: the driver arguments split_k, block_n, stream_k.
-int env_int(const char* name) {
-  const std::string n = name;
-  return int(iarg(n == "FP8DK_SKINNY_SPLIT_K" ? "split_k" : n == "FP8DK_SKINNY_BLOCK_N" ? "block_n" : n, 0));
-}
-bool env_flag(const char* name, bool unset) {
-  const long long v = iarg(std::string(name) == "FP8DK_SKINNY_STREAM_K" ? "stream_k" : name, -1);
-  return v < 0 ? unset : v == 1;
-}
-int largest_access(const void* p, long long row_stride_bytes, int elem_bytes) {
-  for (int w : {16, 8})
-    if (fp8dk::is_aligned(p, w) && row_stride_bytes % w == 0) return w;
-  return elem_bytes;
-}
-
-Launch plan_launch(const fp8dk::SkinnyGemmShape& s, const WeightTensor& b) {
-  const int eb = s.fp8 ? 1 : 2;
-  const Shape shape{static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), eb};
-  const int sms = fp8dk::multiprocessor_count();
-  const int mp = padded_m(shape.m), rb = row_blocks(mp), rows_per_warp = kRowBlock * rb;
-  const int lb = largest_access(b.data_ptr(), s.b_row_stride * eb, eb);
-
-  const int split_wn = default_wn(shape, sms);
-  const int forced = env_int("FP8DK_SKINNY_SPLIT_K");
-  const bool stream_k =
-      shape.k > 0 && !forced &&
-      env_flag("FP8DK_SKINNY_STREAM_K",
-               prefer_stream_k(shape, split_wn, default_split_k(shape, split_wn, lb, sms), lb, sms));
-  int wn = stream_k ? min_wn(shape) : split_wn;
-  if (const int block_n = env_int("FP8DK_SKINNY_BLOCK_N")) {
-    wn = block_n / rows_per_warp;
-    TORCH_CHECK(block_n % rows_per_warp == 0 && wn >= 1 && wn <= kWarps && (wn & (wn - 1)) == 0, "skinny_gemm: ",
-                "FP8DK_SKINNY_BLOCK_N must be ", rows_per_warp, " times a power of two <= ", kWarps, " for M = ",
-                s.m, ", got ", block_n);
-  }
-  int split_k = stream_k ? 1 : default_split_k(shape, wn, lb, sms);
-  if (forced) {
-    const int most = max_split_k(shape, wn, lb);
-    split_k = forced < most ? forced : most;
-  }
-  if (shape.k == 0) split_k = 1;
-
-  Launch l;
-  Plan& p = l.plan;
-  p.m = shape.m, p.n = shape.n, p.k = shape.k;
-  p.a_stride = s.a_row_stride, p.b_stride = s.b_row_stride, p.out_stride = s.out_row_stride;
-  p.wn = wn, p.wk = kWarps / wn;
-  p.block_n = rows_per_warp * wn;
-  p.tiles = ceil_div(shape.n, p.block_n);
-  p.stream_k = stream_k;
-  p.split_k = split_k;
-  p.sub_iters = ceil_div(shape.k, sub_iter_elems(eb));
-  p.block_elems = p.wk * iters_per_block(rb, lb) * sub_iter_elems(eb);
-  p.chunk_shift = 0;
-  while ((kChunkBytes / eb) << (p.chunk_shift + 1) <= p.block_elems) ++p.chunk_shift;
-  p.act_buf_bytes = shape.m * act_pitch(p.block_elems, 2);  // staged as 16-bit at most
-
-  const int stage_chunks = ceil_div(static_cast<long long>(shape.m) * p.block_elems * eb / kChunkBytes, kThreads);
-  TORCH_CHECK(stage_chunks <= kMaxStageChunks, "skinny_gemm: FP8DK_SKINNY_BLOCK_N = ", p.block_n,
-              " is too narrow for M = ", s.m, " (activation staging exceeds ", kMaxStageChunks,
-              " chunks per thread); use a larger block");
-  l.grid = dim3(p.tiles, p.split_k);
-  l.smem = smem_bytes(p.act_buf_bytes, p.wk, mp, p.block_n);
-  TORCH_CHECK(l.smem <= fp8dk::max_shared_memory_per_block(), "skinny_gemm: the tiling needs ", l.smem,
-              " bytes of shared memory, more than the device offers");
-  l.mp = mp;
-  l.b_access = lb;
-  l.sms = sms;
-  return l;
-}
-}  // namespace skinny_launcher
 
 namespace {
 
@@ -516,38 +425,50 @@ void op_rmsnorm() {
 
 // ------------------------------------------------------------------------------------------ skinny_gemm
 
-// skinny_gemm_launch.cuh: launch_plan() on ROCm (no clusters). The stream-K grid is sized from the CTAs a CU
+// skinny_gemm_launch.cuh's Kernels on ROCm, for the emulated device. The stream-K grid is sized from the CTAs a CU
 // holds (hipOccupancyMaxActiveBlocksPerMultiprocessor): modelled as min(VGPR-bound workgroups per CU, the
 // `occupancy` argument: 4, the gfx942 compile report's typical waves per SIMD for these kernels, one wave of a
-// 4-wave workgroup per SIMD; LDS-bound; 8 = 32 waves per CU / 4).
-template <class Ab, class Out, int MP, int LB>
-void launch_plan(skinny_launcher::Launch l, const unsigned char* a, const unsigned char* b, uint16_t* out, const uint16_t* bias,
-                 const float* scale_a, const float* scale_b) {
-  fp8dk::skinny::Plan& p = l.plan;
-  int shared_slices = p.split_k > 1 ? p.split_k : 0;
-  if (p.stream_k) {
-    const long long units = static_cast<long long>(p.tiles) * p.sub_iters;
-    int per_cu = int(iarg("occupancy", 4));
-    per_cu = std::min(per_cu, g_dev.lds_bytes / std::max(l.smem + 16, 1));
-    per_cu = std::min(per_cu, 8);
-    const long long slots = static_cast<long long>(l.sms) * per_cu;
-    const long long ctas = fp8dk::skinny::stream_k_ctas(units, slots, p.wk * fp8dk::skinny::iters_per_block(fp8dk::skinny::row_blocks(l.mp), LB));
-    l.grid = dim3(static_cast<unsigned>(ctas));
-    shared_slices = fp8dk::skinny::tiles_unshared(units, ctas, p.sub_iters) ? 0 : fp8dk::skinny::max_contributions(units, ctas, p.sub_iters);
+// 4-wave workgroup per SIMD; LDS-bound; 8 = 32 waves per CU / 4). No clusters on ROCm.
+class EmulatedOccupancy final : public fp8dk::skinny::Occupancy {
+ public:
+  int ctas_per_sm(int, int, int smem) const override {
+    return std::min({int(iarg("occupancy", 4)), g_dev.lds_bytes / std::max(smem + 16, 1), 8});
   }
+  int clusters_at_once(int, int, int, int) const override { return 0; }
+};
+
+// The driver arguments split_k, block_n (0: unset) and stream_k as the launcher's environment overrides, read by
+// the launcher's own read_overrides().
+fp8dk::skinny::Overrides overrides_from_args() {
+  for (const auto& [arg_name, variable] : {std::pair{"split_k", "FP8DK_SKINNY_SPLIT_K"},
+                                           std::pair{"block_n", "FP8DK_SKINNY_BLOCK_N"},
+                                           std::pair{"stream_k", "FP8DK_SKINNY_STREAM_K"}}) {
+    const std::string v = arg(arg_name, "");
+    if (!v.empty() && !(v == "0" && std::string(arg_name) != "stream_k")) setenv(variable, v.c_str(), 1);
+  }
+  fp8dk::tuning::reload();
+  return fp8dk::skinny::read_overrides();
+}
+
+// skinny_gemm_launch.cuh: launch_planned() for the portable kernel.
+template <class Ab, class Out, int MP, int LB>
+void launch_planned(const fp8dk::skinny::LaunchPlan& l, const unsigned char* a, const unsigned char* b,
+                    uint16_t* out, const uint16_t* bias, const float* scale_a, const float* scale_b) {
+  const fp8dk::skinny::Plan& p = l.portable;
   std::printf("plan wn=%d wk=%d block_n=%d tiles=%d split_k=%d stream_k=%d sub_iters=%d block_elems=%d "
               "b_access=%d mp=%d contributions=%d\n",
-              p.wn, p.wk, p.block_n, p.tiles, p.split_k, p.stream_k, p.sub_iters, p.block_elems, LB, MP, shared_slices);
+              p.wn, p.wk, p.block_n, p.tiles, p.split_k, p.stream_k, p.sub_iters, p.block_elems, LB, MP,
+              l.workspace_slices);
   float* ws = nullptr;
   unsigned* counters = nullptr;
-  if (shared_slices > 0) {
-    ws = scratch<float>("ws", size_t(shared_slices) * p.m * p.n);
-    for (size_t i = 0; i < size_t(shared_slices) * p.m * p.n; ++i) ws[i] = NAN;
+  if (l.workspace_slices > 0) {
+    ws = scratch<float>("ws", size_t(l.workspace_slices) * p.m * p.n);
+    for (size_t i = 0; i < size_t(l.workspace_slices) * p.m * p.n; ++i) ws[i] = NAN;
     counters = scratch<unsigned>("counters", size_t(p.tiles));
   }
   fp8dk::LaunchShape shape;
-  shape.grid = l.grid;
-  shape.block = dim3(fp8dk::skinny::kThreads);
+  shape.grid = dim3(l.grid_x, l.grid_y);
+  shape.block = dim3(l.threads);
   shape.smem_bytes = l.smem;
   run("skinny_gemm_kernel", shape, 16 /* __shared__ unsigned arrived, padded */, [&] {
     fp8dk::skinny::skinny_gemm_kernel<Ab, Out, MP, LB>(a, b, out, bias, scale_a, scale_b, ws, counters, p);
@@ -557,7 +478,7 @@ void launch_plan(skinny_launcher::Launch l, const unsigned char* a, const unsign
       if (counters[t] != 0) fail("skinny_gemm: arrival counter %d is %u after the launch (must be left zero)", t, counters[t]);
 }
 
-// skinny_gemm.cu: skinny_gemm(); skinny_gemm_launch.cuh: dispatch_out/_m/_access.
+// skinny_gemm.cu: skinny_gemm(); skinny_gemm_launch.cuh: the portable kernel's template arguments.
 void op_gemm() {
   const int m = int(iarg("m")), n = int(iarg("n")), k = int(iarg("k"));
   if (m == 0 || n == 0) return;
@@ -581,8 +502,23 @@ void op_gemm() {
     a_stride = padded;
     std::printf("plan a_copied=1\n");
   }
-  const fp8dk::SkinnyGemmShape shape{m, n, k, fp8, a_stride, iarg("b_stride"), iarg("out_stride")};
-  const skinny_launcher::Launch l = skinny_launcher::plan_launch(shape, skinny_launcher::WeightTensor{b});
+  fp8dk::skinny::Problem q;
+  q.m = m, q.n = n, q.k = k, q.elem_bytes = eb;
+  q.a_stride = a_stride, q.b_stride = iarg("b_stride"), q.out_stride = iarg("out_stride");
+  q.a_align = fp8dk::skinny::row_alignment(a, q.a_stride * eb, m);
+  q.b_align = fp8dk::skinny::row_alignment(b, q.b_stride * eb, std::max(n, 2));
+  fp8dk::skinny::DeviceProps d;
+  d.vendor = fp8dk::skinny::Vendor::kAmd;
+  d.cc_major = 0;
+  d.sms = g_dev.sms;
+  d.smem_per_block = g_dev.lds_bytes;
+  d.copy_engine_code = false;
+  fp8dk::skinny::LaunchPlan l;
+  try {
+    l = fp8dk::skinny::plan_skinny_gemm(q, d, overrides_from_args(), EmulatedOccupancy{});
+  } catch (const std::exception& e) {
+    fail("%s", e.what());
+  }
   auto with_ab = [&](auto&& f) {
     if (ab == "fn") f(fp8dk::E4m3fn{});
     else if (ab == "fnuz") f(fp8dk::E4m3fnuz{});
@@ -595,7 +531,7 @@ void op_gemm() {
       auto by_mp = [&](auto MP) {
         constexpr int kEb = fp8dk::skinny::Operand<Ab>::kBytes;
         auto by_lb = [&](auto LB) {
-          launch_plan<Ab, Out, decltype(MP)::value, decltype(LB)::value>(l, a, b, out, bias, scale_a, scale_b);
+          launch_planned<Ab, Out, decltype(MP)::value, decltype(LB)::value>(l, a, b, out, bias, scale_a, scale_b);
         };
         if (l.b_access == 16) by_lb(std::integral_constant<int, 16>{});
         else if (l.b_access == 8) by_lb(std::integral_constant<int, 8>{});

@@ -1,0 +1,122 @@
+// Host program for tests/test_plans.py: prints, for every problem on its stdin, skinny_gemm's launch plan
+// (skinny_gemm/skinny_gemm_launch_plan.h) as one JSON line, or the error the plan throws. No GPU: nvcc compiles it
+// for NVIDIA, clang (with the AMD emulator's HIP layer) for AMD. A line is
+//   vendor(0 NVIDIA, 1 AMD) cc_major sms smem_per_block copy_engine_code ctas_per_sm cluster_slots
+//   m n k elem_bytes a_align b_align
+//   copy_engine tma_wk tma_rb tma_boxes tma_stages tma_whole_tiles block_n split_k stream_k
+// The made-up occupancy: `ctas_per_sm` CTAs of the portable kernel per SM, and clusters of `split` CTAs up to
+// `cluster_slots` CTAs in all (0: no clusters). For the copy-engine kernel the program also walks the persistent
+// grid's unit ranges exactly as the kernel does: the most CTAs any tile meets, CTAs with no work, units covered.
+// `skinny_plans overrides` prints instead the overrides the launcher reads from this process's environment.
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+#include "skinny_gemm/skinny_gemm_launch_plan.h"
+
+using namespace fp8dk::skinny;
+
+namespace {
+
+class MadeUpOccupancy final : public Occupancy {
+ public:
+  MadeUpOccupancy(int ctas_per_sm, int cluster_slots) : ctas_per_sm_(ctas_per_sm), cluster_slots_(cluster_slots) {}
+  int ctas_per_sm(int, int, int) const override { return ctas_per_sm_; }
+  int clusters_at_once(int, int, int, int split) const override { return cluster_slots_ / split; }
+
+ private:
+  int ctas_per_sm_, cluster_slots_;
+};
+
+void print_copy_engine(const LaunchPlan& l) {
+  const TmaPlan& p = l.copy_engine;
+  // CTA g takes units [g * U / G, (g + 1) * U / G); count, per tile, the CTAs whose range reaches into it.
+  const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
+  int most = 0, empty_ctas = 0;
+  long long covered = 0;
+  for (int tile = 0; tile < p.tiles; ++tile) {
+    int count = 0;
+    for (long long g = 0; g < p.ctas; ++g) {
+      const long long begin = g * units / p.ctas, end = (g + 1) * units / p.ctas;
+      if (begin < (tile + 1LL) * p.k_blocks && end > static_cast<long long>(tile) * p.k_blocks) ++count;
+    }
+    most = count > most ? count : most;
+  }
+  for (long long g = 0; g < p.ctas; ++g) {
+    const long long begin = g * units / p.ctas, end = (g + 1) * units / p.ctas;
+    empty_ctas += end <= begin;
+    covered += end - begin;
+  }
+  std::printf(
+      "\"nt\": %d, \"rb\": %d, \"wn\": %d, \"wk\": %d, \"block_n\": %d, \"tiles\": %d, \"boxes\": %d, "
+      "\"k_blocks\": %d, \"box_elems\": %d, \"stages\": %d, \"stage_bytes\": %d, \"weight_box_bytes\": %d, "
+      "\"act_box_bytes\": %d, \"red_pitch\": %d, \"barrier_offset\": %d, \"smem_bytes\": %d, \"ctas\": %d, "
+      "\"contributions\": %d, \"most_contributions\": %d, \"empty_ctas\": %d, \"covered_units\": %lld, "
+      "\"units\": %lld, \"a_map_stride_bytes\": %lld, \"qgmma\": %d",
+      p.nt, p.rb, p.wn, p.wk, p.block_n, p.tiles, p.boxes, p.k_blocks, p.box_elems, p.stages, p.stage_bytes,
+      p.weight_box_bytes, p.act_box_bytes, p.red_pitch, p.barrier_offset, p.smem_bytes, p.ctas, p.contributions,
+      most, empty_ctas, covered, units, l.a_map_stride_bytes, p.qgmma);
+}
+
+void print_portable(const LaunchPlan& l) {
+  const Plan& p = l.portable;
+  std::printf(
+      "\"mp\": %d, \"b_access\": %d, \"wn\": %d, \"wk\": %d, \"block_n\": %d, \"tiles\": %d, \"stream_k\": %d, "
+      "\"split_k\": %d, \"cluster\": %d, \"sub_iters\": %d, \"block_elems\": %d, \"act_buf_bytes\": %d",
+      l.mp, l.b_access, p.wn, p.wk, p.block_n, p.tiles, p.stream_k, p.split_k, p.cluster, p.sub_iters,
+      p.block_elems, p.act_buf_bytes);
+}
+
+int print_overrides() {
+  try {
+    const Overrides o = read_overrides();
+    std::printf(
+        "{\"copy_engine\": %d, \"tma_wk\": %d, \"tma_rb\": %d, \"tma_boxes\": %d, \"tma_stages\": %d, "
+        "\"tma_whole_tiles\": %d, \"block_n\": %d, \"split_k\": %d, \"stream_k\": %d}\n",
+        o.copy_engine, o.tma.wk, o.tma.rb, o.tma.boxes, o.tma.stages, o.tma.whole_tiles, o.block_n, o.split_k,
+        o.stream_k);
+  } catch (const std::invalid_argument& e) {
+    std::printf("{\"error\": \"%s\"}\n", e.what());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "overrides") return print_overrides();
+  int vendor, copy_engine_code, ctas_per_sm, cluster_slots, copy_engine;
+  DeviceProps d;
+  Problem q;
+  Overrides o;
+  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &vendor, &d.cc_major,
+                    &d.sms, &d.smem_per_block, &copy_engine_code, &ctas_per_sm, &cluster_slots, &q.m, &q.n, &q.k,
+                    &q.elem_bytes, &q.a_align, &q.b_align, &copy_engine, &o.tma.wk, &o.tma.rb, &o.tma.boxes,
+                    &o.tma.stages, &o.tma.whole_tiles, &o.block_n, &o.split_k, &o.stream_k) == 22) {
+    d.vendor = vendor ? Vendor::kAmd : Vendor::kNvidia;
+    d.copy_engine_code = copy_engine_code != 0;
+    o.copy_engine = copy_engine != 0;
+    q.a_stride = q.b_stride = q.k;
+    q.out_stride = q.n;
+    q.ocp_e4m3 = q.elem_bytes == 1;  // FP8 problems as OCP e4m3: the copy engine's wgmma plans are planned too
+    LaunchPlan l;
+    try {
+      l = plan_skinny_gemm(q, d, o, MadeUpOccupancy(ctas_per_sm, cluster_slots));
+    } catch (const std::invalid_argument& e) {
+      std::printf("{\"error\": \"%s\"}\n", e.what());
+      continue;
+    }
+    const bool copy_engine_kernel = l.kernel == Kernel::kCopyEngine;
+    std::printf(
+        "{\"kernel\": \"%s\", \"grid_x\": %d, \"grid_y\": %d, \"cluster_y\": %d, \"threads\": %d, \"smem\": %d, "
+        "\"smem_opt_in\": %d, \"workspace_slices\": %d, ",
+        copy_engine_kernel ? "copy_engine" : "portable", l.grid_x, l.grid_y, l.cluster_y, l.threads, l.smem,
+        l.smem_opt_in, l.workspace_slices);
+    if (copy_engine_kernel)
+      print_copy_engine(l);
+    else
+      print_portable(l);
+    std::printf("}\n");
+  }
+  return 0;
+}
