@@ -318,17 +318,18 @@ BAD_OVERRIDES = [  # (variable, value, message): on every GPU, the copy-engine k
     ("FP8DK_SKINNY_TMA", "on", "FP8DK_SKINNY_TMA must be 0 or 1"),
     ("FP8DK_SKINNY_TMA_STAGES", "4x", "FP8DK_SKINNY_TMA_STAGES must be a positive integer, got '4x'"),
     ("FP8DK_SKINNY_TMA_WHOLE_TILES", "2", "FP8DK_SKINNY_TMA_WHOLE_TILES must be 0 or 1"),
+    ("FP8DK_SKINNY_TMA_QGMMA", "yes", "FP8DK_SKINNY_TMA_QGMMA must be 0 or 1"),
 ]
 
 
 def test_bad_overrides(kernel, monkeypatch):
     """Malformed FP8DK_SKINNY_* values and overrides the problem cannot take are rejected, the message naming
-    the variable (common/tuning.h and the plan throw std::invalid_argument: torch raises RuntimeError)."""
+    the variable (common/tuning.h and the plan throw std::invalid_argument: torch raises ValueError)."""
     a, b, sa, sb, bias, out_dtype = operands(32, 256, 512, torch.float8_e4m3fn)
     bad = BAD_OVERRIDES + ([("FP8DK_SKINNY_TMA_WK", "3", "FP8DK_SKINNY_TMA_WK must divide 8")] if is_hopper() else [])
     for variable, value, message in bad:
         monkeypatch.setenv(variable, value)
-        with pytest.raises(RuntimeError, match=message):
+        with pytest.raises(ValueError, match=message):
             run(kernel, a, b, sa, sb, bias, out_dtype)
         monkeypatch.delenv(variable)
 
@@ -342,7 +343,7 @@ def test_overrides_read_once_per_process(kernel):
     try:
         run(kernel, a, b, sa, sb, bias, out_dtype)
         kernel.ops._reload_tuning()
-        with pytest.raises(RuntimeError, match="FP8DK_SKINNY_SPLIT_K must be a positive integer"):
+        with pytest.raises(ValueError, match="FP8DK_SKINNY_SPLIT_K must be a positive integer"):
             run(kernel, a, b, sa, sb, bias, out_dtype)
     finally:
         del os.environ["FP8DK_SKINNY_SPLIT_K"]
