@@ -120,9 +120,9 @@ constexpr bool kIsFnuz = F::kBias == 8;
 
 // Whether F is bfloat16 (whose packed arithmetic some devices lack).
 template <class F>
-constexpr bool kIsBf16 = false;
+inline constexpr bool kIsBf16 = false;
 template <>
-constexpr bool kIsBf16<Bf16> = true;
+inline constexpr bool kIsBf16<Bf16> = true;
 
 // Bit-exact software quantization of one float to an FP8 byte (saturating, RNE). Used where the device has
 // no instruction for the flavour: NVIDIA before sm_89, e4m3fnuz on NVIDIA, e4m3fn on gfx942.

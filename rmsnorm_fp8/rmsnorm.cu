@@ -50,7 +50,7 @@ RmsNormPlan plan(const fp8dk::RmsNormProblem& s) {
 template <class In, class Out, bool kResidual>
 void launch(RmsNormParams p, const fp8dk::RmsNormProblem& s, cudaStream_t stream) {
   const RmsNormPlan l = plan<In, Out, kResidual>(s);
-  static_cast<fp8dk::RmsNormSplit&>(p) = l.split;
+  p.split = l.split;
   fp8dk::LaunchShape shape;
   shape.grid = fp8dk::to_dim3(l.grid);
   shape.block = fp8dk::to_dim3(l.block);

@@ -45,9 +45,8 @@
 
 namespace fp8dk {
 
-// What the launcher passes: the tensors, and how the plan splits a row (RmsNormSplit, rmsnorm_plan.h).
-// Pointers are raw bits (uint16_t for 16-bit values, bytes for FP8).
-struct RmsNormParams : RmsNormSplit {
+// What the launcher passes; pointers are raw bits (uint16_t for 16-bit values, bytes for FP8).
+struct RmsNormParams {
   const uint16_t* input;  // [rows, hidden], rows `input_stride` elements apart
   uint16_t* residual;     // fused_add_rms_norm: [rows, hidden] contiguous, updated in place; else nullptr
   void* out;              // [rows, hidden], rows `out_stride` elements apart; input dtype or FP8
@@ -58,6 +57,7 @@ struct RmsNormParams : RmsNormSplit {
   int64_t out_stride;
   int hidden;
   float eps;
+  RmsNormSplit split;  // how the plan splits a row (rmsnorm_plan.h)
 };
 
 namespace rmsnorm {
@@ -312,31 +312,32 @@ FP8DK_DEVICE void normalize_store(const R& row, int k, const Pack<16>& r, const 
 }  // namespace rmsnorm
 
 // Rows of up to kMaxRegisterSlots slots: the row stays in registers from load to store. Rows map to groups of
-// p.threads_per_row lanes: several per block for short rows, one block per row for long ones.
+// p.split.threads_per_row lanes: several per block for short rows, one block per row for long ones.
 template <class In, class Out, bool kResidual, bool kAligned>
 __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const RmsNormParams p) {
   using namespace rmsnorm;
   using R = Row<In, Out, kResidual, kAligned>;
   __shared__ float scratch[kMaxWarps];
-  const int lane = threadIdx.x & p.lane_mask;
-  const R row(p, int64_t(blockIdx.x) * p.rows_per_block + (threadIdx.x >> p.group_shift));
+  const int lane = threadIdx.x & p.split.lane_mask;
+  const R row(p, int64_t(blockIdx.x) * p.split.rows_per_block + (threadIdx.x >> p.split.group_shift));
   wait_for_prior_grid();
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> v[R::kSlots], w[R::kSlots];
-  load_row<Access::kStream>(row, lane, p.threads_per_row, v);
+  load_row<Access::kStream>(row, lane, p.split.threads_per_row, v);
   allow_next_grid();
   const float sum = sum_squares<In>(v);
-  const float total = p.threads_per_row > kWarpSize ? block_sum(sum, scratch) : group_sum(sum, p.threads_per_row);
+  const int group = p.split.threads_per_row;
+  const float total = group > kWarpSize ? block_sum(sum, scratch) : group_sum(sum, group);
   // The weight (an L2 hit: every row reads it) is loaded after the reduction, its latency overlapping the
   // inv computation: loaded earlier, the compiler hoists it above the residual stores and the x, residual
   // and weight registers together exceed the 64 a 1024-thread block allows.
-  load_weight(row, lane, p.threads_per_row, w);
+  load_weight(row, lane, p.split.threads_per_row, w);
   keep_packed(v);
   const OutScale<Out> scale(scale_value);
   const float inv = inv_rms(total, p.hidden, p.eps);
 #pragma unroll
-  for (int j = 0; j < R::kSlots; ++j) normalize_store(row, lane + j * p.threads_per_row, v[j], w[j], inv, scale);
+  for (int j = 0; j < R::kSlots; ++j) normalize_store(row, lane + j * p.split.threads_per_row, v[j], w[j], inv, scale);
 }
 
 // Many aligned rows of the register kernel's one-block-per-row split: a persistent grid (the CTAs the device
@@ -383,7 +384,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persi
 }
 
 // Rows longer than a block holds in registers (any alignment): one block per row, which walks it in chunks
-// of kSlots slots per thread. The first pass keeps r in dynamic shared memory (p.staged_slots slots, what the
+// of kSlots slots per thread. The first pass keeps r in dynamic shared memory (p.split.staged_slots slots, what the
 // device allows); the second pass reads it back, or re-reads the slots beyond that from global memory: the
 // residual this thread just wrote, or the input. Each thread only reads back its own slots, so the staging
 // needs no barrier.
@@ -406,7 +407,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 #pragma unroll
     for (int j = 0; j < R::kSlots; ++j) {
       const int k = slot0 + j * threads;
-      if (k < p.staged_slots) staged[k] = v[j];
+      if (k < p.split.staged_slots) staged[k] = v[j];
     }
   }
   allow_next_grid();  // the second pass reads what this CTA staged or wrote, and the weight
@@ -418,7 +419,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 #pragma unroll
     for (int j = 0; j < R::kSlots; ++j) {
       const int k = slot0 + j * threads;
-      if (k < p.staged_slots) {
+      if (k < p.split.staged_slots) {
         v[j] = staged[k];
       } else if constexpr (kResidual) {
         v[j] = load_slot<Access::kWritten, false>(row.res, row.first_column(k), row.cols,
@@ -435,7 +436,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 
 // Few long rows on NVIDIA sm_90+: each row split over the CTAs of a thread-block cluster (one cluster per
 // row), so that its bytes move through that many SMs instead of one. The launcher plans the split of a row
-// exactly as the one-CTA-per-row kernel of that row does: p.threads_per_row threads T, slot k with thread
+// exactly as the one-CTA-per-row kernel of that row does: p.split.threads_per_row threads T, slot k with thread
 // k % T; the cluster supplies the T threads (rank r runs threads r * blockDim.x .., those past T idle).
 //   kChunks == 1: rms_norm_kernel's split (rows with T > warp size threads), R::kSlots slots per thread;
 //   kChunks == 2: rms_norm_long_row_kernel's split (T = kMaxThreads, chunks of 2 slots whose sums are added
@@ -457,7 +458,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   constexpr int kSlots = R::kSlots * kChunks;
   __shared__ float warp_sums[kMaxWarps];
   cluster_arrive_relaxed();  // this CTA runs: the others may store into its shared memory once they waited
-  const int threads = p.threads_per_row;
+  const int threads = p.split.threads_per_row;
   if (static_cast<int>(blockDim.x * cluster_ctas()) < threads) trap();
   const int t = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x);
   const R row(p, t < threads ? int64_t(cluster_index()) : p.rows);  // an idle thread gets no row

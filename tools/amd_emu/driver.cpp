@@ -392,11 +392,11 @@ void op_rmsnorm() {
                                       p.rows,   p.input_stride, p.out_stride, p.hidden,
                                       out_elem_bytes};
   const fp8dk::RmsNormPlan l = fp8dk::plan_rms_norm(problem, props(), {}, {});
-  static_cast<fp8dk::RmsNormSplit&>(p) = l.split;
+  p.split = l.split;
   using Kernel = fp8dk::RmsNormKernel;
   const char* names[] = {"rms_norm_kernel<aligned>", "rms_norm_kernel<general>", "rms_norm_long_row_kernel"};
   std::printf("plan kernel=%d threads_per_row=%d rows_per_block=%d staged_slots=%d\n", int(l.kernel),
-              p.threads_per_row, p.rows_per_block, p.staged_slots);
+              p.split.threads_per_row, p.split.rows_per_block, p.split.staged_slots);
   fp8dk::LaunchShape shape;
   shape.grid = fp8dk::to_dim3(l.grid);
   shape.block = fp8dk::to_dim3(l.block);
