@@ -31,14 +31,10 @@
 // support launches.
 #include "common/platform.cuh"
 
-#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FP8DK_CLUSTERS 1
-#endif
-
 namespace fp8dk {
 
 FP8DK_DEVICE unsigned cluster_rank() {
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
   unsigned r;
   asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
@@ -48,7 +44,7 @@ FP8DK_DEVICE unsigned cluster_rank() {
 }
 
 FP8DK_DEVICE unsigned cluster_ctas() {
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
   unsigned n;
   asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
   return n;
@@ -58,7 +54,7 @@ FP8DK_DEVICE unsigned cluster_ctas() {
 }
 
 FP8DK_DEVICE unsigned cluster_index() {
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
   unsigned i;
   asm("mov.u32 %0, %%clusterid.x;" : "=r"(i));
   return i;
@@ -68,19 +64,19 @@ FP8DK_DEVICE unsigned cluster_index() {
 }
 
 FP8DK_DEVICE void cluster_arrive() {
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #endif
 }
 
 FP8DK_DEVICE void cluster_arrive_relaxed() {
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
   asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 #endif
 }
 
 FP8DK_DEVICE void cluster_wait() {
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #else
   sync_block();
@@ -92,7 +88,7 @@ FP8DK_DEVICE void cluster_sync() {
   cluster_wait();
 }
 
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
 namespace detail {
 // The address of shared-memory location p in the CTA of cluster rank `rank` (shared::cluster window).
 FP8DK_DEVICE unsigned cluster_shared_address(const void* p, unsigned rank) {
@@ -105,7 +101,7 @@ FP8DK_DEVICE unsigned cluster_shared_address(const void* p, unsigned rank) {
 #endif
 
 FP8DK_DEVICE void store_cluster_shared(float* p, unsigned rank, float v) {
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(detail::cluster_shared_address(p, rank)), "f"(v)
                : "memory");
 #else
@@ -115,7 +111,7 @@ FP8DK_DEVICE void store_cluster_shared(float* p, unsigned rank, float v) {
 }
 
 FP8DK_DEVICE float load_cluster_shared(const float* p, unsigned rank) {
-#if defined(FP8DK_CLUSTERS)
+#if defined(FP8DK_SM90)
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(detail::cluster_shared_address(p, rank))
                : "memory");

@@ -16,20 +16,16 @@
 // and in a launch without the attribute (griddepcontrol, PTX ISA 7.8).
 #include "common/platform.cuh"
 
-#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FP8DK_GRID_DEPENDENCY 1
-#endif
-
 namespace fp8dk {
 
 FP8DK_DEVICE void wait_for_prior_grid() {
-#if defined(FP8DK_GRID_DEPENDENCY)
+#if defined(FP8DK_SM90)
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
 
 FP8DK_DEVICE void allow_next_grid() {
-#if defined(FP8DK_GRID_DEPENDENCY)
+#if defined(FP8DK_SM90)
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
 }
@@ -37,7 +33,7 @@ FP8DK_DEVICE void allow_next_grid() {
 // Brings global bytes [p, p + bytes) into L2 without waiting (p and bytes multiples of 16). A hint: no
 // result, no ordering, nothing to wait for.
 FP8DK_DEVICE void prefetch_l2(const void* p, unsigned bytes) {
-#if defined(FP8DK_GRID_DEPENDENCY)
+#if defined(FP8DK_SM90)
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
 #else
   (void)p, (void)bytes;

@@ -1,6 +1,6 @@
 #pragma once
-// Integer helpers every plan uses. Host and device; no vendor headers, so torch-free host code, nvcc, hipcc and
-// the AMD emulator all include it as written.
+// Integer and address helpers every plan uses. Host and device; no vendor headers, so torch-free host code,
+// nvcc, hipcc and the AMD emulator all include it as written.
 #include <cstdint>
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
@@ -34,6 +34,28 @@ FP8DK_INT_MATH_QUALIFIERS constexpr T pow2_ceil(T n) {
 template <typename T>
 FP8DK_INT_MATH_QUALIFIERS constexpr bool is_pow2(T n) {
   return n > 0 && (n & (n - 1)) == 0;
+}
+
+// Whether `p` lies on a `bytes` boundary (`bytes` a power of two).
+FP8DK_INT_MATH_QUALIFIERS inline bool is_aligned(const void* p, int bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & uintptr_t(bytes - 1)) == 0;
+}
+
+// Whether every row of a matrix, the first at `p`, rows `row_stride_bytes` apart, starts on a `bytes` boundary
+// (the stride does not matter for a single row): whether accesses of `bytes` reach every row.
+FP8DK_INT_MATH_QUALIFIERS inline bool rows_aligned(const void* p, long long row_stride_bytes, long long rows,
+                                                   int bytes) {
+  return is_aligned(p, bytes) && (rows <= 1 || row_stride_bytes % bytes == 0);
+}
+
+// The widest access, a power of two from `widest` down to 1 (elements or bytes, as `fits` counts), that
+// `fits`: what a launcher vectorizes a kernel's loads and stores by.
+template <typename Fits>
+inline int widest_access(int widest, Fits fits) {
+  for (int w = widest; w > 1; w /= 2) {
+    if (fits(w)) return w;
+  }
+  return 1;
 }
 
 }  // namespace fp8dk

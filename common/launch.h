@@ -7,15 +7,12 @@
 //     the kernel before it on the stream finishes, so its launch latency and prologue hide behind that tail.
 //     A decode step is a chain of short kernels, where the ~1-2 us between two of them is a large part of
 //     each. Captured into CUDA graphs as programmatic edges (CUDA 12.3+).
-// Environment override, read on every launch: FP8DK_PDL=0 launches without PDL (A/B measurements, or a driver
-// that rejects it); unset, empty or 1: PDL wherever the device and the kernel's code support it.
+// Tuning override FP8DK_PDL (README, "Tuning overrides"): 0 launches without PDL.
 //
 // Written for both vendors by hand (common/ headers reach hipcc as written: see device_info.h). On ROCm a
 // launch is the plain triple-chevron one: AMD has neither attribute.
 #include <c10/util/Exception.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -26,6 +23,9 @@
 #else
 #include <cuda_runtime.h>
 #endif
+
+#include "common/plan.h"
+#include "common/tuning.h"
 
 namespace fp8dk {
 
@@ -41,6 +41,8 @@ struct LaunchShape {
   int smem_bytes = 0;
   dim3 cluster = dim3(1, 1, 1);
 };
+
+inline dim3 to_dim3(Dims d) { return dim3(d.x, d.y, d.z); }
 
 #if !defined(USE_ROCM)
 namespace launch_detail {
@@ -91,13 +93,8 @@ inline int ptx_version(const void* kernel) {
   return it->second;
 }
 
-// FP8DK_PDL (top of the file).
-inline bool pdl_requested() {
-  const char* v = std::getenv("FP8DK_PDL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "1") == 0) return true;
-  TORCH_CHECK(std::strcmp(v, "0") == 0, "fp8-decode-kernels: FP8DK_PDL must be 0 or 1, got '", v, "'");
-  return false;
-}
+// FP8DK_PDL (top of the file): PDL unless it is 0.
+inline bool pdl_requested() { return tuning::flag("FP8DK_PDL", true); }
 
 }  // namespace launch_detail
 

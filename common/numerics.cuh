@@ -9,9 +9,17 @@
 
 namespace fp8dk {
 
+// ------------------------------------------------------------------ format tags
+// Each tag names one storage format: its bytes per element (kBytes), its raw storage type (Bits), whether it
+// is an FP8 flavour (kFp8), and its conversions.
+
 // ------------------------------------------------------------------ 16-bit activation formats
 
 struct Bf16 {
+  static constexpr int kBytes = 2;
+  static constexpr bool kFp8 = false;
+  using Bits = uint16_t;
+
   static FP8DK_DEVICE float to_float(uint16_t bits) { return uint_as_float(uint32_t(bits) << 16); }
 
   static FP8DK_DEVICE uint16_t from_float(float f) {
@@ -45,6 +53,10 @@ struct Bf16 {
 };
 
 struct Fp16 {
+  static constexpr int kBytes = 2;
+  static constexpr bool kFp8 = false;
+  using Bits = uint16_t;
+
   static FP8DK_DEVICE float to_float(uint16_t bits) {
 #if defined(FP8DK_NVIDIA)
     float f;
@@ -85,6 +97,9 @@ struct Fp16 {
 
 // OCP e4m3fn (NVIDIA, gfx950): exponent bias 7, max 448 = 0x7e, NaN = 0x7f, has -0.
 struct E4m3fn {
+  static constexpr int kBytes = 1;
+  static constexpr bool kFp8 = true;
+  using Bits = uint8_t;
   static constexpr float kMax = 448.f;
   static constexpr int kBias = 7;
   static constexpr uint32_t kMaxBits = 0x7e;
@@ -92,6 +107,9 @@ struct E4m3fn {
 
 // e4m3fnuz (gfx942 / MI300X): exponent bias 8, max 240 = 0x7f, NaN = 0x80, no -0.
 struct E4m3fnuz {
+  static constexpr int kBytes = 1;
+  static constexpr bool kFp8 = true;
+  using Bits = uint8_t;
   static constexpr float kMax = 240.f;
   static constexpr int kBias = 8;
   static constexpr uint32_t kMaxBits = 0x7f;
@@ -99,6 +117,12 @@ struct E4m3fnuz {
 
 template <class F>
 constexpr bool kIsFnuz = F::kBias == 8;
+
+// Whether F is bfloat16 (whose packed arithmetic some devices lack).
+template <class F>
+inline constexpr bool kIsBf16 = false;
+template <>
+inline constexpr bool kIsBf16<Bf16> = true;
 
 // Bit-exact software quantization of one float to an FP8 byte (saturating, RNE). Used where the device has
 // no instruction for the flavour: NVIDIA before sm_89, e4m3fnuz on NVIDIA, e4m3fn on gfx942.
@@ -184,16 +208,66 @@ FP8DK_DEVICE uint32_t quantize4(float a, float b, float c, float d) {
   return quantize2<F>(a, b) | (quantize2<F>(c, d) << 16);
 }
 
-// One FP8 byte to float (exact): software decode, used for tails and as the reference path.
-template <class F>
-FP8DK_DEVICE float dequantize1_soft(uint32_t byte) {
-  const uint32_t sign = (byte & 0x80u) << 24;
-  const uint32_t exp = (byte >> 3) & 0xfu, man = byte & 7u;
-  if (kIsFnuz<F> ? byte == 0x80u : (byte & 0x7fu) == 0x7fu) return uint_as_float(0x7fc00000u);  // NaN
-  if (exp == 0) {  // subnormal: man * 2^(-2 - bias)
-    return uint_as_float(sign | float_as_uint(float(man) * uint_as_float(uint32_t(127 - 2 - F::kBias) << 23)));
+// ------------------------------------------------------------------ packed 16-bit arithmetic
+
+#if defined(FP8DK_AMD)
+typedef _Float16 f16x2_t __attribute__((ext_vector_type(2)));
+#endif
+
+// In(a + b) on two packed pairs. The exact sum rounded once equals the reference's fp32 add then rounding:
+// double rounding through fp32 is innocuous when 24 >= 2p + 2 (p = 11 for fp16, 8 for bf16).
+template <class In>
+FP8DK_DEVICE uint32_t add2(uint32_t a, uint32_t b) {
+#if defined(FP8DK_NVIDIA)
+  uint32_t r;
+  if constexpr (kIsBf16<In>) {
+#if defined(FP8DK_SM90)
+    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+#else
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3f803f80u), "r"(b));  // a * 1 + b
+#endif
+  } else {
+    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
   }
-  return uint_as_float(sign | ((exp + 127u - uint32_t(F::kBias)) << 23) | (man << 20));
+  return r;
+#else
+  if constexpr (kIsBf16<In>) {  // gfx942 has no packed bf16 add
+    float alo, ahi, blo, bhi;
+    In::unpack2(a, alo, ahi);
+    In::unpack2(b, blo, bhi);
+    return In::pack2(alo + blo, ahi + bhi);
+  } else {
+    return __builtin_bit_cast(uint32_t, __builtin_bit_cast(f16x2_t, a) + __builtin_bit_cast(f16x2_t, b));
+  }
+#endif
+}
+
+// In(a * b) on two packed pairs: the product of two 16-bit values is exact in fp32, so the correctly rounded
+// 16-bit multiply is the reference's fp32 multiply then rounding.
+template <class In>
+FP8DK_DEVICE uint32_t mul2(uint32_t a, uint32_t b) {
+#if defined(FP8DK_NVIDIA)
+  uint32_t r;
+  if constexpr (kIsBf16<In>) {
+#if defined(FP8DK_SM90)
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+#else
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));  // a * b + -0
+#endif
+  } else {
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+#else
+  if constexpr (kIsBf16<In>) {
+    float alo, ahi, blo, bhi;
+    In::unpack2(a, alo, ahi);
+    In::unpack2(b, blo, bhi);
+    return In::pack2(alo * blo, ahi * bhi);
+  } else {
+    return __builtin_bit_cast(uint32_t, __builtin_bit_cast(f16x2_t, a) * __builtin_bit_cast(f16x2_t, b));
+  }
+#endif
 }
 
 }  // namespace fp8dk

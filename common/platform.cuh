@@ -34,6 +34,13 @@ static_assert(__AMDGCN_WAVEFRONT_SIZE == kWarpSize, "fp8-decode-kernels targets 
 constexpr int kWarpSize = 32;
 #endif
 
+// The NVIDIA sm_90+ device pass: thread-block clusters and distributed shared memory, griddepcontrol (PDL),
+// the copy engine (TMA) and packed bf16 arithmetic exist. Host passes, older NVIDIA targets and AMD see it
+// undefined.
+#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FP8DK_SM90 1
+#endif
+
 // Whether this device pass has hardware FP8 conversion. Which FP8 flavour it converts natively is in
 // numerics.cuh; host passes see 0.
 #if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -101,5 +108,52 @@ FP8DK_DEVICE float rcp_approx(float x) {
 }
 
 FP8DK_DEVICE void sync_block() { __syncthreads(); }
+
+// Correctly rounded a / b and 1 / x: the reference divides (mean, then 1 / sqrt) on the CPU in IEEE fp32.
+// HIP compiles fp32 division correctly rounded by default (-fhip-fp32-correctly-rounded-divide-sqrt);
+// the NVIDIA intrinsics are correctly rounded whatever the flags (even --use_fast_math).
+FP8DK_DEVICE float div_rn(float a, float b) {
+#if defined(FP8DK_AMD)
+  return a / b;
+#else
+  return __fdiv_rn(a, b);
+#endif
+}
+
+FP8DK_DEVICE float rcp_rn(float x) {
+#if defined(FP8DK_AMD)
+  return 1.f / x;
+#else
+  return __frcp_rn(x);
+#endif
+}
+
+FP8DK_DEVICE void trap() {
+#if defined(FP8DK_AMD)
+  __builtin_trap();
+#else
+  __trap();
+#endif
+}
+
+
+FP8DK_DEVICE bool is_finite(float x) {
+#if defined(FP8DK_AMD)
+  return __builtin_isfinite(x);
+#else
+  return isfinite(x);
+#endif
+}
+
+FP8DK_DEVICE float copysign_(float magnitude, float sign) {
+#if defined(FP8DK_AMD)
+  return __builtin_copysignf(magnitude, sign);
+#else
+  return copysignf(magnitude, sign);
+#endif
+}
+
+FP8DK_DEVICE float abs_(float x) { return uint_as_float(float_as_uint(x) & 0x7fffffffu); }
+
 
 }  // namespace fp8dk

@@ -10,14 +10,15 @@
 // once (PTX ISA, mbarrier.try_wait.parity).
 #include "common/platform.cuh"
 
-#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// The copy-engine kernel's (skinny_gemm_tma.cuh) name for the passes that have it: FP8DK_SM90 (platform.cuh).
+#if defined(FP8DK_SM90)
 #define FP8DK_TMA 1
 #endif
 
 namespace fp8dk {
 namespace tma {
 
-#if defined(FP8DK_TMA)
+#if defined(FP8DK_SM90)
 FP8DK_DEVICE uint32_t shared_address(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 // One thread initializes; the block barrier after fence_barrier_init() publishes it to the copy engine too.

@@ -3,9 +3,10 @@
 // README lists them). Each is read once per process, on first use, and kept; reload() forgets what was read,
 // so that a test that changes the environment sees the change (the op fp8_decode_kernels._reload_tuning).
 // An unset or empty variable is "no override". A malformed value throws std::invalid_argument naming the
-// variable and what it takes (torch reports it as a RuntimeError), on every call that reads it.
+// variable and what it takes (Python sees a ValueError), on every call that reads it.
 // Host code only and torch-free: launchers, host plan tests and the AMD emulator include it as written.
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -51,6 +52,21 @@ inline int integer(const char* name, int lo, int hi, int unset, const char* expe
   char* end = nullptr;
   const long x = std::strtol(v->c_str(), &end, 10);
   if (*end != '\0' || x < lo || x > hi) detail::reject(name, *v, expected);
+  return static_cast<int>(x);
+}
+
+// A decimal integer out of `allowed`; `unset` when the variable is unset or empty.
+inline int choice(const char* name, std::initializer_list<int> allowed, int unset, const char* expected) {
+  const std::optional<std::string> v = raw(name);
+  if (!v) return unset;
+  char* end = nullptr;
+  const long x = std::strtol(v->c_str(), &end, 10);
+  bool ok = *end == '\0';
+  if (ok) {
+    ok = false;
+    for (const int a : allowed) ok = ok || x == a;
+  }
+  if (!ok) detail::reject(name, *v, expected);
   return static_cast<int>(x);
 }
 

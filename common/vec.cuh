@@ -7,6 +7,7 @@
 //   load      plain (data the kernel also writes, e.g. the residual);
 //   load_ro   read-only for the whole kernel (non-coherent path on NVIDIA);
 //   load_nt   streamed once and never reused (weights of a GEMM): do not allocate it in L1.
+#include "common/int_math.h"
 #include "common/platform.cuh"
 
 namespace fp8dk {
@@ -123,17 +124,6 @@ FP8DK_DEVICE void store(void* p, const Pack<BYTES>& v) {
     *static_cast<uint16_t*>(p) = v.w[0];
   }
 #endif
-}
-
-// Whether `p` may be accessed as aligned `bytes`-wide vectors.
-FP8DK_HOST_DEVICE bool is_aligned(const void* p, int bytes) {
-  return (reinterpret_cast<uintptr_t>(p) & uintptr_t(bytes - 1)) == 0;
-}
-
-// Whether every row of a matrix, the first at `p`, rows `row_stride_bytes` apart, starts on a `bytes` boundary
-// (the stride does not matter for a single row).
-FP8DK_HOST_DEVICE bool rows_aligned(const void* p, long long row_stride_bytes, long long rows, int bytes) {
-  return is_aligned(p, bytes) && (rows <= 1 || row_stride_bytes % bytes == 0);
 }
 
 }  // namespace fp8dk

@@ -1,38 +1,21 @@
-// CUDA/ROCm quantize_fp8 (torch-ext/torch_binding.h): validates, picks the access width and the launch shape,
-// and launches quantize_fp8_kernel (quantize_kernels.cuh) on the current stream. No host sync, no allocation:
-// CUDA-graph safe (the scale is read by the kernel).
+// CUDA/ROCm quantize_fp8 (quantize.h): validates, plans the launch once (quantize_plan.h: store width and
+// launch shape), and launches quantize_fp8_kernel (quantize_kernels.cuh) on the current stream. No host sync,
+// no allocation: CUDA-graph safe (the scale is read by the kernel).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <algorithm>
 #include <limits>
 
 #include "common/checks.h"
 #include "common/device_info.h"
 #include "common/launch.h"
-#include "common/row_chunk_grid.h"
+#include "quant_fp8/quantize.h"
 #include "quant_fp8/quantize_kernels.cuh"
-#include "torch-ext/torch_binding.h"
+#include "quant_fp8/quantize_plan.h"
 
 namespace {
 
 using fp8dk::quant::kChunk;
-using fp8dk::quant::kMaxGridY;
-using fp8dk::quant::kMaxLoadElems;
-using fp8dk::quant::kMaxThreads;
-
-// Widest store (in FP8 bytes = columns: 16, 8, 4, 2 or 1) such that the stores and the loads that go with
-// them (min(W, 8) 16-bit columns) are aligned in every row of in and out. Chunks start at multiples of
-// kChunk columns, so the base pointers and row strides decide; the row length does not (a row's partial last
-// chunk is accessed column by column). Row strides only matter when there is more than one row.
-int store_width(const void* in, const void* out, int64_t rows, int64_t in_stride, int64_t out_stride) {
-  for (int w = kChunk; w > 1; w /= 2) {
-    const int load_elems = std::min(w, kMaxLoadElems);
-    const bool strides_ok = rows <= 1 || (in_stride % load_elems == 0 && out_stride % w == 0);
-    if (fp8dk::is_aligned(in, 2 * load_elems) && fp8dk::is_aligned(out, w) && strides_ok) return w;
-  }
-  return 1;
-}
 
 template <class In, class Out>
 void launch(const fp8dk::QuantizeFp8Shape& shape, const at::Tensor& out, const at::Tensor& input,
@@ -41,15 +24,17 @@ void launch(const fp8dk::QuantizeFp8Shape& shape, const at::Tensor& out, const a
   const int64_t rows = shape.in.rows;
   const auto* in_ptr = static_cast<const uint16_t*>(input.const_data_ptr());
   auto* out_ptr = static_cast<uint8_t*>(out.data_ptr());
-  const int w = store_width(in_ptr, out_ptr, rows, shape.in.row_stride, shape.out.row_stride);
-  const fp8dk::LaunchShape s =
-      fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
+  const fp8dk::QuantizeFp8Plan plan = fp8dk::plan_quantize_fp8(in_ptr, out_ptr, d, rows, shape.in.row_stride,
+                                                               shape.out.row_stride, fp8dk::device_props());
+  fp8dk::LaunchShape s;
+  s.grid = fp8dk::to_dim3(plan.shape.grid);
+  s.block = fp8dk::to_dim3(plan.shape.block);
   const float* scale_ptr = scale.const_data_ptr<float>();
   const auto run = [&](auto kernel) {
     fp8dk::launch_kernel(kernel, s, stream, in_ptr, out_ptr, scale_ptr, int(d), rows,
                          shape.in.row_stride, shape.out.row_stride);
   };
-  switch (w) {
+  switch (plan.width) {
     case 16: run(fp8dk::quantize_fp8_kernel<In, Out, 16>); break;
     case 8: run(fp8dk::quantize_fp8_kernel<In, Out, 8>); break;
     case 4: run(fp8dk::quantize_fp8_kernel<In, Out, 4>); break;

@@ -1,10 +1,10 @@
-// CPU quantize_fp8 (torch-ext/torch_binding.h): out = saturate(input / scale) in the out's FP8 flavour, rounded
+// CPU quantize_fp8 (quantize.h): out = saturate(input / scale) in the out's FP8 flavour, rounded
 // to nearest even, NaN kept: the same fp32 division and conversion as reference.quantize_fp8, so the same bytes.
 // Two paths with the same bits (common/cpu_simd.h): portable C++ and AVX2; rows are split over threads.
 #include "common/checks.h"
 #include "common/cpu_numerics.h"
 #include "common/cpu_simd.h"
-#include "torch-ext/torch_binding.h"
+#include "quant_fp8/quantize.h"
 
 namespace {
 

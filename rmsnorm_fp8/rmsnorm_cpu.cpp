@@ -1,4 +1,4 @@
-// CPU rms_norm and fused_add_rms_norm (torch-ext/torch_binding.h). Numerically reference.py's definition,
+// CPU rms_norm and fused_add_rms_norm (rmsnorm.h). Numerically reference.py's definition,
 // transformers' LlamaRMSNorm followed by an optional FP8 quantization of its 16-bit result, so the 16-bit output
 // matches the reference bit for bit except where a different fp32 summation order flips a rounding.
 // Two paths with the same bits (common/cpu_simd.h): portable C++ and AVX2; rows are split over threads.
@@ -7,7 +7,7 @@
 #include "common/checks.h"
 #include "common/cpu_numerics.h"
 #include "common/cpu_simd.h"
-#include "torch-ext/torch_binding.h"
+#include "rmsnorm_fp8/rmsnorm.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 #pragma once
 // rms_norm and fused_add_rms_norm with optional static FP8 output: device code for NVIDIA and AMD from one
-// source (no torch includes; rmsnorm.cu validates, configures and launches).
+// source (no torch includes; rmsnorm_plan.h decides the launch, rmsnorm.cu validates and launches).
 //
 // Numerics (reference.py, transformers' LlamaRMSNorm order), per row:
 //   fused:  r = In(x + residual), written back to residual       (x otherwise)
@@ -36,10 +36,12 @@
 // Batch invariance: the reduction order depends on the hidden size and the input row's alignment, never on
 // the number of rows (nor on whether a row takes the cluster kernel).
 #include "common/cluster.cuh"
+#include "common/fp8_scale.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/numerics.cuh"
 #include "common/reduce.cuh"
 #include "common/vec.cuh"
+#include "rmsnorm_fp8/rmsnorm_plan.h"  // the row split (RmsNormSplit) and its constants
 
 namespace fp8dk {
 
@@ -55,140 +57,10 @@ struct RmsNormParams {
   int64_t out_stride;
   int hidden;
   float eps;
-  int threads_per_row;  // G: a power of two up to the warp size, or the whole block (one row per block)
-  int group_shift;      // threadIdx.x >> group_shift = the block's row; lane = threadIdx.x & lane_mask
-  int lane_mask;
-  int rows_per_block;
-  int staged_slots;  // long-row kernel: slots kept in dynamic shared memory
+  RmsNormSplit split;  // how the plan splits a row (rmsnorm_plan.h)
 };
 
 namespace rmsnorm {
-
-constexpr int kSlotElems = 8;  // one 16-byte vector of 16-bit values
-constexpr int kMaxThreads = 1024;
-// Slots per thread. Aligned rows: 4, i.e. 64 bytes per thread per input stream in flight (enough to cover
-// DRAM latency with ~1k threads per SM) within the 64 registers a 1024-thread block allows. The general path
-// spends registers on element-wise head/tail code, so it holds 2.
-template <bool kAligned>
-constexpr int kSlotsPerThread = kAligned ? 4 : 2;
-// Largest row the register kernel takes: one block of kMaxThreads threads.
-template <bool kAligned>
-constexpr int kMaxRegisterSlots = kSlotsPerThread<kAligned> * kMaxThreads;
-// Cluster kernel: a row's threads (at most kMaxThreads) over 2 to 8 CTAs (8: the portable cluster size), so a
-// CTA has at most half of kMaxThreads. Rows of the long-row kernel are taken up to kMaxClusterChunks chunks.
-constexpr int kMaxClusterCtas = 8;
-constexpr int kMaxClusterCtaThreads = kMaxThreads / 2;
-constexpr int kMaxClusterChunks = 2;
-// Persistent kernel: a thread holds the current row, the next row's input and residual, and the weight, so
-// its blocks stay at half of kMaxThreads (up to 128 registers a thread).
-constexpr int kMaxPersistentThreads = kMaxThreads / 2;
-
-// ------------------------------------------------------------------ formats
-
-template <class T>
-struct OutStorage {  // FP8 flavours: one byte per element
-  using type = uint8_t;
-};
-template <>
-struct OutStorage<Fp16> {
-  using type = uint16_t;
-};
-template <>
-struct OutStorage<Bf16> {
-  using type = uint16_t;
-};
-template <class Out>
-constexpr bool kFp8Out = sizeof(typename OutStorage<Out>::type) == 1;
-
-template <class In>
-struct IsBf16 {
-  static constexpr bool value = false;
-};
-template <>
-struct IsBf16<Bf16> {
-  static constexpr bool value = true;
-};
-
-// ------------------------------------------------------------------ scalar and packed arithmetic
-
-// Correctly rounded a / b and 1 / x: the reference divides (mean, then 1 / sqrt) on the CPU in IEEE fp32.
-// HIP compiles fp32 division correctly rounded by default (-fhip-fp32-correctly-rounded-divide-sqrt);
-// the NVIDIA intrinsics are correctly rounded whatever the flags (even --use_fast_math).
-FP8DK_DEVICE float div_rn(float a, float b) {
-#if defined(FP8DK_AMD)
-  return a / b;
-#else
-  return __fdiv_rn(a, b);
-#endif
-}
-
-FP8DK_DEVICE float rcp_rn(float x) {
-#if defined(FP8DK_AMD)
-  return 1.f / x;
-#else
-  return __frcp_rn(x);
-#endif
-}
-
-#if defined(FP8DK_AMD)
-typedef _Float16 f16x2_t __attribute__((ext_vector_type(2)));
-#endif
-
-// In(a + b) on two packed pairs. The exact sum rounded once equals the reference's fp32 add then rounding:
-// double rounding through fp32 is innocuous when 24 >= 2p + 2 (p = 11 for fp16, 8 for bf16).
-template <class In>
-FP8DK_DEVICE uint32_t add2(uint32_t a, uint32_t b) {
-#if defined(FP8DK_NVIDIA)
-  uint32_t r;
-  if constexpr (IsBf16<In>::value) {
-#if __CUDA_ARCH__ >= 900
-    asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-#else
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0x3f803f80u), "r"(b));  // a * 1 + b
-#endif
-  } else {
-    asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  }
-  return r;
-#else
-  if constexpr (IsBf16<In>::value) {  // gfx942 has no packed bf16 add
-    float alo, ahi, blo, bhi;
-    In::unpack2(a, alo, ahi);
-    In::unpack2(b, blo, bhi);
-    return In::pack2(alo + blo, ahi + bhi);
-  } else {
-    return __builtin_bit_cast(uint32_t, __builtin_bit_cast(f16x2_t, a) + __builtin_bit_cast(f16x2_t, b));
-  }
-#endif
-}
-
-// In(a * b) on two packed pairs: the product of two 16-bit values is exact in fp32, so the correctly rounded
-// 16-bit multiply is the reference's fp32 multiply then rounding.
-template <class In>
-FP8DK_DEVICE uint32_t mul2(uint32_t a, uint32_t b) {
-#if defined(FP8DK_NVIDIA)
-  uint32_t r;
-  if constexpr (IsBf16<In>::value) {
-#if __CUDA_ARCH__ >= 900
-    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-#else
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(0x80008000u));  // a * b + -0
-#endif
-  } else {
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  }
-  return r;
-#else
-  if constexpr (IsBf16<In>::value) {
-    float alo, ahi, blo, bhi;
-    In::unpack2(a, alo, ahi);
-    In::unpack2(b, blo, bhi);
-    return In::pack2(alo * blo, ahi * bhi);
-  } else {
-    return __builtin_bit_cast(uint32_t, __builtin_bit_cast(f16x2_t, a) * __builtin_bit_cast(f16x2_t, b));
-  }
-#endif
-}
 
 // ------------------------------------------------------------------ slots
 
@@ -259,7 +131,7 @@ template <class In_, class Out_, bool kResidual_, bool kAligned_>
 struct Row {
   using In = In_;
   using Out = Out_;
-  using OutT = typename OutStorage<Out>::type;
+  using OutT = typename Out::Bits;
   static constexpr bool kResidual = kResidual_;
   static constexpr bool kAligned = kAligned_;
   static constexpr int kSlots = kSlotsPerThread<kAligned>;
@@ -405,116 +277,14 @@ FP8DK_DEVICE void keep_packed(Pack<16> (&v)[N]) {
   }
 }
 
-// Sum over the `group` consecutive lanes that share a row (a power of two up to the warp size). The branch is
-// uniform across the warp, so every lane takes part in each shuffle.
-FP8DK_DEVICE float group_sum(float v, int group) {
-#pragma unroll
-  for (int mask = kWarpSize / 2; mask > 0; mask >>= 1) {
-    if (mask < group) v += shfl_xor(v, mask);
-  }
-  return v;
-}
-
-// Sum of v over the first `threads` threads of a row split over the CTAs of a cluster (`threads` a multiple
-// of the warp size; the row's thread t is thread t % blockDim.x of rank t / blockDim.x), returned to every
-// thread, in block_sum's order: the warp butterfly, then the warps' sums added one by one in warp order from
-// 0. A row split over a cluster thus gets the sum a single block of `threads` threads gets, bit for bit.
-// Each warp writes its sum into slot `warp` of `warp_sums` in every CTA of the cluster (DSMEM stores, one
-// lane per CTA); after one barrier phase every CTA holds all the sums in its own shared memory and reads
-// them locally. No shared memory is touched remotely after that phase, so CTAs may exit at once.
-// The caller has called cluster_arrive_relaxed() once, early in the kernel: the wait here pairs with it and
-// makes sure every CTA runs (its shared memory exists) before the remote stores; it costs nothing by then.
-// The phase after the stores is a release arrive: it waits for this thread's earlier memory operations, so
-// the caller keeps global stores until after this returns.
-FP8DK_DEVICE float cluster_row_sum(float v, int threads, float* warp_sums) {
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x) / kWarpSize;
-  const int warps = threads / kWarpSize;
-  v = warp_sum(v);  // every lane holds the warp's sum (a butterfly: lane order does not matter, a + b == b + a)
-  cluster_wait();
-  if (lane < static_cast<int>(cluster_ctas()) && warp < warps) store_cluster_shared(warp_sums + warp, lane, v);
-  cluster_sync();
-  // Every slot of warp_sums is read and the ones past the row's warps are replaced by +0, which leaves the
-  // sum unchanged (it is >= +0, inf or NaN): the loads have no branches and may be merged.
-  float total = 0.f;
-#pragma unroll
-  for (int i = 0; i < kMaxWarps; ++i) {
-    const float s = warp_sums[i];
-    total += i < warps ? s : 0.f;
-  }
-  return total;
-}
-
-FP8DK_DEVICE void trap() {
-#if defined(FP8DK_AMD)
-  __builtin_trap();
-#else
-  __trap();
-#endif
-}
-
 FP8DK_DEVICE float inv_rms(float sum_sq, int hidden, float eps) {
   return rcp_rn(sqrt_rn(div_rn(sum_sq, float(hidden)) + eps));
 }
 
-FP8DK_DEVICE bool is_finite(float x) {
-#if defined(FP8DK_AMD)
-  return __builtin_isfinite(x);
-#else
-  return isfinite(x);
-#endif
-}
-
-FP8DK_DEVICE float copysign_(float magnitude, float sign) {
-#if defined(FP8DK_AMD)
-  return __builtin_copysignf(magnitude, sign);
-#else
-  return copysignf(magnitude, sign);
-#endif
-}
-
-// The static scale, read once per thread, and y / scale rounded like the reference's division. y times the
-// correctly rounded reciprocal r is within an ulp of the quotient, but not enough: a 16-bit value divided by
-// a scale derived from another 16-bit value (amax / 448, say) often lands exactly on an FP8 rounding tie,
-// which that ulp pushes to either side. One Markstein step fixes it: the remainder y - q * scale is exact in
-// an FMA, and q + remainder * r rounds to the correctly rounded quotient (checked against IEEE division for
-// every 16-bit y and thousands of scales: equal wherever FP8 can tell the quotient from zero; only bf16
-// quotients below 2^-12, whose remainder underflows, may differ). The step would turn -0 into +0, a
-// different e4m3fn byte, hence the copysign. An infinite or NaN
-// first guess (a huge quotient, a zero scale, a NaN) is kept: it saturates or stays NaN like the reference's.
-template <class Out>
-struct Scale {
-  float value = 0.f, rcp = 0.f;
-
-  // The scale as stored (FP8 out; 0 otherwise). rcp_rn waits for the value and branches on it, and the
-  // machine code issues no load that comes after that wait in program order before it: a Scale built before
-  // the row's loads holds them back by the scale's latency (an L2 round trip). So a kernel may read the value
-  // first and build the Scale from it once its loads are in flight.
-  static FP8DK_DEVICE float read(const float* scale) {
-    if constexpr (kFp8Out<Out>) return *scale;
-    return 0.f;
-  }
-
-  FP8DK_DEVICE explicit Scale(float scale_value) {
-    if constexpr (kFp8Out<Out>) {
-      value = scale_value;
-      rcp = rcp_rn(value);
-    }
-  }
-
-  FP8DK_DEVICE explicit Scale(const float* scale) : Scale(read(scale)) {}
-
-  FP8DK_DEVICE float divide(float y) const {
-    const float q = y * rcp;
-    const float corrected = fma_rn(fma_rn(-q, value, y), rcp, q);
-    return is_finite(q) ? copysign_(corrected, q) : q;
-  }
-};
-
 // y = In(weight * In(r * inv)) for slot k, stored as the input dtype or quantized to FP8.
 template <class R>
 FP8DK_DEVICE void normalize_store(const R& row, int k, const Pack<16>& r, const Pack<16>& w, float inv,
-                                  const Scale<typename R::Out>& scale) {
+                                  const OutScale<typename R::Out>& scale) {
   using In = typename R::In;
   Pack<16> y;
 #pragma unroll
@@ -524,7 +294,7 @@ FP8DK_DEVICE void normalize_store(const R& row, int k, const Pack<16>& r, const 
     y.w[i] = mul2<In>(w.w[i], In::pack2(lo * inv, hi * inv));
   }
   const bool vector = row.whole(k) && row.out_vector;
-  if constexpr (kFp8Out<typename R::Out>) {
+  if constexpr (R::Out::kFp8) {
     Pack<8> q;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -542,31 +312,32 @@ FP8DK_DEVICE void normalize_store(const R& row, int k, const Pack<16>& r, const 
 }  // namespace rmsnorm
 
 // Rows of up to kMaxRegisterSlots slots: the row stays in registers from load to store. Rows map to groups of
-// p.threads_per_row lanes: several per block for short rows, one block per row for long ones.
+// p.split.threads_per_row lanes: several per block for short rows, one block per row for long ones.
 template <class In, class Out, bool kResidual, bool kAligned>
 __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const RmsNormParams p) {
   using namespace rmsnorm;
   using R = Row<In, Out, kResidual, kAligned>;
   __shared__ float scratch[kMaxWarps];
-  const int lane = threadIdx.x & p.lane_mask;
-  const R row(p, int64_t(blockIdx.x) * p.rows_per_block + (threadIdx.x >> p.group_shift));
+  const int lane = threadIdx.x & p.split.lane_mask;
+  const R row(p, int64_t(blockIdx.x) * p.split.rows_per_block + (threadIdx.x >> p.split.group_shift));
   wait_for_prior_grid();
-  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the loads (Scale::read)
+  const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> v[R::kSlots], w[R::kSlots];
-  load_row<Access::kStream>(row, lane, p.threads_per_row, v);
+  load_row<Access::kStream>(row, lane, p.split.threads_per_row, v);
   allow_next_grid();
   const float sum = sum_squares<In>(v);
-  const float total = p.threads_per_row > kWarpSize ? block_sum(sum, scratch) : group_sum(sum, p.threads_per_row);
+  const int group = p.split.threads_per_row;
+  const float total = group > kWarpSize ? block_sum(sum, scratch) : group_sum(sum, group);
   // The weight (an L2 hit: every row reads it) is loaded after the reduction, its latency overlapping the
   // inv computation: loaded earlier, the compiler hoists it above the residual stores and the x, residual
   // and weight registers together exceed the 64 a 1024-thread block allows.
-  load_weight(row, lane, p.threads_per_row, w);
+  load_weight(row, lane, p.split.threads_per_row, w);
   keep_packed(v);
-  const Scale<Out> scale(scale_value);
+  const OutScale<Out> scale(scale_value);
   const float inv = inv_rms(total, p.hidden, p.eps);
 #pragma unroll
-  for (int j = 0; j < R::kSlots; ++j) normalize_store(row, lane + j * p.threads_per_row, v[j], w[j], inv, scale);
+  for (int j = 0; j < R::kSlots; ++j) normalize_store(row, lane + j * p.split.threads_per_row, v[j], w[j], inv, scale);
 }
 
 // Many aligned rows of the register kernel's one-block-per-row split: a persistent grid (the CTAs the device
@@ -585,13 +356,13 @@ __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persi
   int64_t index = blockIdx.x;
   R row(p, index);
   wait_for_prior_grid();
-  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the loads (Scale::read)
+  const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> x[R::kSlots], res[R::kSlots], w[R::kSlots];
   load_inputs<Access::kStream>(row, t, threads, x, res);
   load_weight(row, t, threads, w);
   allow_next_grid();
-  const Scale<Out> scale(scale_value);
+  const OutScale<Out> scale(scale_value);
   for (;;) {
     Pack<16> v[R::kSlots];
 #pragma unroll
@@ -613,7 +384,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persi
 }
 
 // Rows longer than a block holds in registers (any alignment): one block per row, which walks it in chunks
-// of kSlots slots per thread. The first pass keeps r in dynamic shared memory (p.staged_slots slots, what the
+// of kSlots slots per thread. The first pass keeps r in dynamic shared memory (p.split.staged_slots slots, what the
 // device allows); the second pass reads it back, or re-reads the slots beyond that from global memory: the
 // residual this thread just wrote, or the input. Each thread only reads back its own slots, so the staging
 // needs no barrier.
@@ -625,7 +396,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
   __shared__ float scratch[kMaxWarps];
   const R row(p, blockIdx.x);
   wait_for_prior_grid();
-  const float scale_value = Scale<Out>::read(p.scale);  // the Scale itself after the first pass (Scale::read)
+  const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the first pass
   const int threads = blockDim.x, chunk = threads * R::kSlots;
 
   float sum = 0.f;
@@ -636,19 +407,19 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 #pragma unroll
     for (int j = 0; j < R::kSlots; ++j) {
       const int k = slot0 + j * threads;
-      if (k < p.staged_slots) staged[k] = v[j];
+      if (k < p.split.staged_slots) staged[k] = v[j];
     }
   }
   allow_next_grid();  // the second pass reads what this CTA staged or wrote, and the weight
   const float inv = inv_rms(block_sum(sum, scratch), p.hidden, p.eps);
-  const Scale<Out> scale(scale_value);
+  const OutScale<Out> scale(scale_value);
 
   for (int slot0 = threadIdx.x; slot0 < row.slots(); slot0 += chunk) {
     Pack<16> v[R::kSlots], w[R::kSlots];
 #pragma unroll
     for (int j = 0; j < R::kSlots; ++j) {
       const int k = slot0 + j * threads;
-      if (k < p.staged_slots) {
+      if (k < p.split.staged_slots) {
         v[j] = staged[k];
       } else if constexpr (kResidual) {
         v[j] = load_slot<Access::kWritten, false>(row.res, row.first_column(k), row.cols,
@@ -665,7 +436,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 
 // Few long rows on NVIDIA sm_90+: each row split over the CTAs of a thread-block cluster (one cluster per
 // row), so that its bytes move through that many SMs instead of one. The launcher plans the split of a row
-// exactly as the one-CTA-per-row kernel of that row does: p.threads_per_row threads T, slot k with thread
+// exactly as the one-CTA-per-row kernel of that row does: p.split.threads_per_row threads T, slot k with thread
 // k % T; the cluster supplies the T threads (rank r runs threads r * blockDim.x .., those past T idle).
 //   kChunks == 1: rms_norm_kernel's split (rows with T > warp size threads), R::kSlots slots per thread;
 //   kChunks == 2: rms_norm_long_row_kernel's split (T = kMaxThreads, chunks of 2 slots whose sums are added
@@ -674,7 +445,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 // is bitwise the one of the kernel the row would take otherwise: batch invariance holds across the paths.
 // Differences that do not touch the numbers:
 //   - the weight is loaded up front with the row (CTAs of at most 512 threads have the registers), so its
-//     latency overlaps the row's instead of following the reduction; the FP8 scale too (Scale::read);
+//     latency overlaps the row's instead of following the reduction; the FP8 scale too (OutScale::read);
 //   - the residual is stored after the reduction (see cluster_row_sum: its release would wait for it).
 // Without clusters (cluster_ctas() == 1) this is a one-CTA-per-row kernel of the same split; a launch whose
 // cluster does not supply T threads traps rather than compute a wrong row.
@@ -687,12 +458,12 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   constexpr int kSlots = R::kSlots * kChunks;
   __shared__ float warp_sums[kMaxWarps];
   cluster_arrive_relaxed();  // this CTA runs: the others may store into its shared memory once they waited
-  const int threads = p.threads_per_row;
+  const int threads = p.split.threads_per_row;
   if (static_cast<int>(blockDim.x * cluster_ctas()) < threads) trap();
   const int t = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x);
   const R row(p, t < threads ? int64_t(cluster_index()) : p.rows);  // an idle thread gets no row
   wait_for_prior_grid();
-  const float scale_value = Scale<Out>::read(p.scale);
+  const float scale_value = OutScale<Out>::read(p.scale);
 
   Pack<16> v[kSlots], w[kSlots];
   load_weight(row, t, threads, w);
@@ -704,7 +475,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   const float total = cluster_row_sum(sum, threads, warp_sums);
   store_residual(row, t, threads, v);  // after the reduction, whose release would wait for these stores
   keep_packed(v);
-  const Scale<Out> scale(scale_value);
+  const OutScale<Out> scale(scale_value);
   const float inv = inv_rms(total, p.hidden, p.eps);
 #pragma unroll
   for (int j = 0; j < kSlots; ++j) normalize_store(row, t + j * threads, v[j], w[j], inv, scale);

@@ -15,6 +15,17 @@
 namespace fp8dk {
 namespace skinny {
 
+// The format an operand reaches a 16-bit matrix instruction in: FP8 unpacked to f16 (below), the 16-bit
+// formats as they are.
+template <class Ab, bool kFp8 = Ab::kFp8>
+struct Mma16Input {
+  using type = Ab;
+};
+template <class Ab>
+struct Mma16Input<Ab, true> {
+  using type = Fp16;
+};
+
 template <class F>
 constexpr bool kNvHardwareUnpack =
 #if defined(FP8DK_NV_FP8_CVT)

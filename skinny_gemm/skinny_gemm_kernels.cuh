@@ -37,7 +37,7 @@ namespace skinny {
 template <class Ab, class Mma>
 struct ActStager {
   static constexpr int kV = kChunkElems<Ab>;
-  static constexpr int kEb = Operand<Ab>::kBytes;
+  static constexpr int kEb = Ab::kBytes;
   Chunk c[kMaxStageChunks];
 
   // Block elements [k0, k0 + block_elems) (rows of `a` are 16-byte aligned); elements at or past k_end are
@@ -122,7 +122,7 @@ __global__ void FP8DK_SKINNY_LAUNCH_BOUNDS(Ab, MP)
                        const float* __restrict__ scale_a, const float* __restrict__ scale_b, float* ws,
                        unsigned* counters, const Plan p) {
   using Mma = WarpMma<Ab, MP>;
-  constexpr int kRB = Mma::kRB, kIPB = iters_per_block(kRB, LB), kEb = Operand<Ab>::kBytes;
+  constexpr int kRB = Mma::kRB, kIPB = iters_per_block(kRB, LB), kEb = Ab::kBytes;
   constexpr int kSI = sub_iter_elems(kEb);
   using Stage = Chunk[kIPB][kRB][kRowsPerLane];
 
@@ -271,7 +271,7 @@ __global__ void FP8DK_SKINNY_LAUNCH_BOUNDS(Ab, MP)
 
     Epilogue e;
     e.alpha = 1.f;
-    if constexpr (Operand<Ab>::kFp8) e.alpha = *scale_a * *scale_b * Mma::kProductScale;
+    if constexpr (Ab::kFp8) e.alpha = *scale_a * *scale_b * Mma::kProductScale;
     e.bias = bias;
     e.out = out;
     e.out_stride = p.out_stride;

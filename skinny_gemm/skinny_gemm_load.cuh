@@ -11,35 +11,19 @@
 namespace fp8dk {
 namespace skinny {
 
-// Operand formats: the FP8 flavours and the 16-bit formats of numerics.cuh.
+// An operand format's facts (numerics.cuh's format tags), under the name the launcher and the copy-engine
+// kernel read them by.
 template <class T>
-struct Operand;
-template <>
-struct Operand<Fp16> {
-  static constexpr int kBytes = 2;
-  static constexpr bool kFp8 = false;
-};
-template <>
-struct Operand<Bf16> {
-  static constexpr int kBytes = 2;
-  static constexpr bool kFp8 = false;
-};
-template <>
-struct Operand<E4m3fn> {
-  static constexpr int kBytes = 1;
-  static constexpr bool kFp8 = true;
-};
-template <>
-struct Operand<E4m3fnuz> {
-  static constexpr int kBytes = 1;
-  static constexpr bool kFp8 = true;
+struct Operand {
+  static constexpr int kBytes = T::kBytes;
+  static constexpr bool kFp8 = T::kFp8;
 };
 
 using Chunk = Pack<16>;
 
 // Elements of one 16-byte chunk.
 template <class Ab>
-constexpr int kChunkElems = 16 / Operand<Ab>::kBytes;
+constexpr int kChunkElems = 16 / Ab::kBytes;
 
 // A full chunk at `p` with LB-byte accesses (LB = 16 or 8, or the element size), streamed past L1: weights
 // are read exactly once.
@@ -52,7 +36,7 @@ FP8DK_DEVICE Chunk load_chunk_stream(const unsigned char* p) {
     const Pack<8> lo = load_nt<8>(p), hi = load_nt<8>(p + 8);
     c.w[0] = lo.w[0], c.w[1] = lo.w[1], c.w[2] = hi.w[0], c.w[3] = hi.w[1];
   } else {
-    static_assert(LB == Operand<Ab>::kBytes, "LB is 16, 8 or the element size");
+    static_assert(LB == Ab::kBytes, "LB is 16, 8 or the element size");
 #pragma unroll
     for (int i = 0; i < 4; ++i) c.w[i] = 0;
 #pragma unroll
@@ -68,7 +52,7 @@ FP8DK_DEVICE Chunk load_chunk_stream(const unsigned char* p) {
 // crosses the end of K, or a row of `a` that is not 16-byte aligned.
 template <class Ab>
 FP8DK_DEVICE Chunk load_chunk_masked(const unsigned char* p, int valid) {
-  constexpr int eb = Operand<Ab>::kBytes;
+  constexpr int eb = Ab::kBytes;
   Chunk c;
 #pragma unroll
   for (int i = 0; i < 4; ++i) c.w[i] = 0;

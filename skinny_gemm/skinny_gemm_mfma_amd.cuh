@@ -62,29 +62,16 @@ FP8DK_DEVICE f32x4 mfma_16x16x16(Bf16, uint64_t a, uint64_t b, f32x4 c) {
                                                    c, 0, 0, 0);
 }
 
-template <class Ab>
-struct AmdMfmaInput {
-  using type = Ab;
-};
-template <>
-struct AmdMfmaInput<E4m3fn> {
-  using type = Fp16;
-};
-template <>
-struct AmdMfmaInput<E4m3fnuz> {
-  using type = Fp16;
-};
-
 template <class Ab, int MP>
 struct WarpMma {
   static constexpr int kRB = row_blocks(MP);
   static constexpr int kV = kChunkElems<Ab>;
-  static constexpr bool kFp8 = Operand<Ab>::kFp8;
+  static constexpr bool kFp8 = Ab::kFp8;
   static constexpr bool kNative = AmdNativeFp8<Ab>::value;
   static constexpr bool kSparse = kNative && MP == 8;
   static constexpr int kTiles = kSparse ? 1 : (MP + 15) / 16;  // 16-token B tiles (one sparse A tile)
   static constexpr int kStagedBytes = kNative ? 1 : 2;
-  using Mma16 = typename AmdMfmaInput<Ab>::type;
+  using Mma16 = typename Mma16Input<Ab>::type;
   // Factor between the accumulated and the true dot product (FP8 unpack, skinny_gemm_fp8_unpack.cuh).
   static constexpr float kProductScale = product_scale<Ab, kFp8 && !kNative>();
 

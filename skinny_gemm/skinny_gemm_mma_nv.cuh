@@ -42,18 +42,9 @@ FP8DK_DEVICE void mma_m16n8k16(Bf16, float (&d)[4], const uint32_t (&a)[4], uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The copy-engine kernel's name for the same mapping (skinny_gemm_tma.cuh).
 template <class Ab>
-struct NvMmaInput {
-  using type = Ab;  // fp16 and bf16 operands go in as they are
-};
-template <>
-struct NvMmaInput<E4m3fn> {
-  using type = Fp16;
-};
-template <>
-struct NvMmaInput<E4m3fnuz> {
-  using type = Fp16;
-};
+using NvMmaInput = Mma16Input<Ab>;
 
 template <class Ab, int MP>
 struct WarpMma {
@@ -61,9 +52,9 @@ struct WarpMma {
   static constexpr int kNT = MP / 8;
   static constexpr int kV = kChunkElems<Ab>;
   static constexpr int kSteps = kV / 4;
-  static constexpr bool kFp8 = Operand<Ab>::kFp8;
+  static constexpr bool kFp8 = Ab::kFp8;
   static constexpr int kStagedBytes = 2;
-  using Mma = typename NvMmaInput<Ab>::type;
+  using Mma = typename Mma16Input<Ab>::type;
   // Factor between the accumulated and the true dot product (FP8 unpack, skinny_gemm_fp8_unpack.cuh).
   static constexpr float kProductScale = product_scale<Ab, kFp8>();
   // CTAs per SM the registers allow (__launch_bounds__). The bit-trick unpack (e4m3fnuz, or e4m3fn before

@@ -13,11 +13,9 @@
 //     counts itself in the tile's counter; the last CTA to arrive adds the contributions, finishes the tile
 //     and sets the counter back to zero, so the counters are zero again when the kernel ends and the launcher
 //     zeroes them only when it allocates them (no memset per call, none between PDL launches).
+#include "common/cluster.cuh"
 #include "common/numerics.cuh"
 
-#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define FP8DK_SKINNY_CLUSTERS 1
-#endif
 
 namespace fp8dk {
 namespace skinny {
@@ -48,24 +46,6 @@ FP8DK_DEVICE float load_partial(const float* p) {
   return __ldcg(p);
 #endif
 }
-
-#if defined(FP8DK_SKINNY_CLUSTERS)
-// Barrier over all threads of the cluster; release/acquire orders the shared-memory writes before it with the
-// remote reads after it.
-FP8DK_DEVICE void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// The float at the same shared-memory offset as `p` in the CTA of cluster rank `rank`.
-FP8DK_DEVICE float load_cluster(const float* p, unsigned rank) {
-  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
-  unsigned remote;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
-}
-#endif
 
 struct Epilogue {
   float alpha;            // scale_a * scale_b (times the FP8 unpack's product scale), 1 for 16-bit operands
@@ -111,7 +91,7 @@ FP8DK_DEVICE void reduce_tile(float* red, const TileArgs& t, Meet meet, const Ep
   }
 
   if (meet == Meet::kCluster) {
-#if defined(FP8DK_SKINNY_CLUSTERS)
+#if defined(FP8DK_SM90)
     // This CTA's partial tile in place of warp column 0's (each element is read and written by one thread).
     for (int i = threadIdx.x; i < items; i += blockDim.x) {
       const int r = i / cols, c = i % cols;
@@ -123,7 +103,7 @@ FP8DK_DEVICE void reduce_tile(float* red, const TileArgs& t, Meet meet, const Ep
     for (int i = t.index * blockDim.x + threadIdx.x; i < items; i += t.count * blockDim.x) {
       const int r = i / cols, c = i % cols;
       float v = 0.f;
-      for (int s = 0; s < t.count; ++s) v += load_cluster(red + r * t.red_pitch + c, s);
+      for (int s = 0; s < t.count; ++s) v += load_cluster_shared(red + r * t.red_pitch + c, s);
       finish<Out>(e, r, t.n0 + c, v);
     }
     cluster_sync();  // no CTA leaves (and frees its shared memory) while others still read it

@@ -1,36 +1,20 @@
-// CUDA/ROCm silu_and_mul (torch-ext/torch_binding.h): validates, picks the vector width and the launch
-// shape, and launches silu_and_mul_kernel (swiglu_kernels.cuh).
+// CUDA/ROCm silu_and_mul (swiglu.h): validates, plans the launch once (swiglu_plan.h: vector width and launch
+// shape), and launches silu_and_mul_kernel (swiglu_kernels.cuh).
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <algorithm>
 #include <limits>
 
 #include "common/checks.h"
 #include "common/device_info.h"
 #include "common/launch.h"
-#include "common/row_chunk_grid.h"
+#include "swiglu_fp8/swiglu.h"
 #include "swiglu_fp8/swiglu_kernels.cuh"
-#include "torch-ext/torch_binding.h"
+#include "swiglu_fp8/swiglu_plan.h"
 
 namespace {
 
 using fp8dk::swiglu::kChunk;
-using fp8dk::swiglu::kMaxGridY;
-using fp8dk::swiglu::kMaxThreads;
-
-// Widest access (in elements: 8, 4, 2 or 1) that is aligned for every row of gate, up (d columns further)
-// and out. Row strides only matter when there is more than one row.
-int vector_width(const void* in, const void* out, int out_bytes, int64_t d, int64_t rows, int64_t in_stride,
-                 int64_t out_stride) {
-  for (int w = kChunk; w > 1; w /= 2) {
-    const bool strides_ok = rows <= 1 || (in_stride % w == 0 && out_stride % w == 0);
-    if (fp8dk::is_aligned(in, 2 * w) && fp8dk::is_aligned(out, out_bytes * w) && d % w == 0 && strides_ok) {
-      return w;
-    }
-  }
-  return 1;
-}
 
 template <class In, class Out>
 void launch(const fp8dk::SiluAndMulShape& shape, const at::Tensor& out, const at::Tensor& input,
@@ -39,16 +23,18 @@ void launch(const fp8dk::SiluAndMulShape& shape, const at::Tensor& out, const at
   const int64_t rows = shape.in.rows;
   const auto* in_ptr = static_cast<const uint16_t*>(input.const_data_ptr());
   auto* out_ptr = static_cast<uint8_t*>(out.data_ptr());
-  const int w = vector_width(in_ptr, out_ptr, fp8dk::swiglu::kOutBytes<Out>, d, rows, shape.in.row_stride,
-                             shape.out.row_stride);
-  const fp8dk::LaunchShape s =
-      fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
+  const fp8dk::SiluAndMulPlan plan =
+      fp8dk::plan_silu_and_mul(in_ptr, out_ptr, Out::kBytes, d, rows, shape.in.row_stride,
+                               shape.out.row_stride, fp8dk::device_props());
+  fp8dk::LaunchShape s;
+  s.grid = fp8dk::to_dim3(plan.shape.grid);
+  s.block = fp8dk::to_dim3(plan.shape.block);
   const float* scale_ptr = scale.has_value() ? scale->const_data_ptr<float>() : nullptr;
   const auto run = [&](auto kernel) {
     fp8dk::launch_kernel(kernel, s, stream, in_ptr, out_ptr, scale_ptr, int(d), rows,
                          shape.in.row_stride, shape.out.row_stride);
   };
-  switch (w) {
+  switch (plan.width) {
     case 8: run(fp8dk::silu_and_mul_kernel<In, Out, 8>); break;
     case 4: run(fp8dk::silu_and_mul_kernel<In, Out, 4>); break;
     case 2: run(fp8dk::silu_and_mul_kernel<In, Out, 2>); break;

@@ -1,4 +1,4 @@
-// CPU silu_and_mul (torch-ext/torch_binding.h): input [..., 2*d] (gate, then up) -> out [..., d] with
+// CPU silu_and_mul (swiglu.h): input [..., 2*d] (gate, then up) -> out [..., d] with
 // y = silu(gate) * up in fp32, rounded to the input dtype or quantized straight from fp32 (reference.py).
 // Two paths with the same bits (common/cpu_simd.h): portable C++ and AVX2; rows are split over threads.
 #include <cmath>
@@ -6,7 +6,7 @@
 #include "common/checks.h"
 #include "common/cpu_numerics.h"
 #include "common/cpu_simd.h"
-#include "torch-ext/torch_binding.h"
+#include "swiglu_fp8/swiglu.h"
 
 namespace {
 

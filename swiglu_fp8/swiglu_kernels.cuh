@@ -19,35 +19,16 @@
 #include "common/grid_dependency.cuh"
 #include "common/numerics.cuh"
 #include "common/vec.cuh"
+#include "swiglu_fp8/swiglu_plan.h"  // kChunk and the block bounds the plan sizes grids with
 
 namespace fp8dk {
 
 namespace swiglu {
 
-constexpr int kChunk = 8;          // columns per thread
-constexpr int kMaxThreads = 256;   // threads per block, upper bound (the launcher may use fewer)
-constexpr int kMaxGridY = 65535;   // the grid's y limit; row groups past it continue in z
 // Second __launch_bounds__ argument: CUDA reads it as resident blocks per SM (8 x 256 threads = 2048, the
 // most an SM holds: at most 32 registers), HIP as waves per SIMD (8 of the 8 possible: at most 64 VGPRs).
 // Either way full occupancy, which is what keeps enough loads in flight at large batch.
 constexpr int kMinResident = 8;
-
-template <class Out>
-struct IsFp8 {
-  static constexpr bool value = false;
-};
-template <>
-struct IsFp8<E4m3fn> {
-  static constexpr bool value = true;
-};
-template <>
-struct IsFp8<E4m3fnuz> {
-  static constexpr bool value = true;
-};
-
-// Bytes per output element: 1 for FP8, 2 when Out is the 16-bit input format.
-template <class Out>
-constexpr int kOutBytes = IsFp8<Out>::value ? 1 : 2;
 
 // 2^x and 1/x on the special-function unit without the subnormal fix-ups of exp2_approx / rcp_approx
 // (on NVIDIA, their non-.ftz forms cost 3 and 6 extra instructions around each MUFU). silu() gets the same
@@ -114,10 +95,10 @@ FP8DK_DEVICE void load_chunk(const uint16_t* p, int valid, uint32_t (&raw)[kChun
 // FP8 after multiplying by inv_scale (1 byte per column, four per packed conversion).
 template <class Out, int W>
 FP8DK_DEVICE void store_chunk(uint8_t* p, int valid, const float (&y)[kChunk], float inv_scale) {
-  constexpr int kBytes = W * kOutBytes<Out>;
-  constexpr int kWords = kChunk * kOutBytes<Out> / 4;
+  constexpr int kBytes = W * Out::kBytes;
+  constexpr int kWords = kChunk * Out::kBytes / 4;
   uint32_t raw[kWords];
-  if constexpr (IsFp8<Out>::value) {
+  if constexpr (Out::kFp8) {
 #pragma unroll
     for (int i = 0; i < kWords; ++i) {
       raw[i] = quantize4<Out>(y[4 * i] * inv_scale, y[4 * i + 1] * inv_scale, y[4 * i + 2] * inv_scale,
@@ -176,7 +157,7 @@ __global__ void __launch_bounds__(swiglu::kMaxThreads, swiglu::kMinResident)
   // Multiplying by a reciprocal taken once instead of dividing each value is at most one FP8 step away from
   // the reference's division, on a tiny fraction of values (within the contract's tolerance).
   float inv_scale = 1.f;
-  if constexpr (IsFp8<Out>::value) inv_scale = rcp_approx(*scale);
+  if constexpr (Out::kFp8) inv_scale = rcp_approx(*scale);
   float y[kChunk];
 #pragma unroll
   for (int i = 0; i < kChunk / 2; ++i) {
@@ -186,7 +167,7 @@ __global__ void __launch_bounds__(swiglu::kMaxThreads, swiglu::kMinResident)
     y[2 * i] = silu(g0) * u0;
     y[2 * i + 1] = silu(g1) * u1;
   }
-  store_chunk<Out, W>(out + (row * out_row_stride + col) * kOutBytes<Out>, valid, y, inv_scale);
+  store_chunk<Out, W>(out + (row * out_row_stride + col) * Out::kBytes, valid, y, inv_scale);
 }
 
 }  // namespace fp8dk

@@ -132,5 +132,5 @@ def test_chain_graph_equals_serialized(kernel, monkeypatch, m, hidden, inter):
 def test_bad_override_is_rejected(kernel, monkeypatch):
     x = torch.randn(2, 64, dtype=torch.float16, device=DEVICE)
     monkeypatch.setenv("FP8DK_PDL", "yes")
-    with pytest.raises(RuntimeError, match="FP8DK_PDL must be 0 or 1"):
+    with pytest.raises(ValueError, match="FP8DK_PDL must be 0 or 1"):
         kernel.silu_and_mul(x)

@@ -7,7 +7,7 @@ thread-block cluster), the shapes of the decode benchmarks, every kind of alignm
 CUDA graphs, torch.compile and run-to-run determinism. The reference runs on CPU copies: its correctly
 rounded rsqrt is the definition (torch's CUDA rsqrt is an approximation). Skips without a GPU.
 
-The cluster kernel is picked per call by a heuristic (few rows); FP8DK_RMSNORM_CLUSTER (rmsnorm.cu) forces
+The cluster kernel is picked per call by a heuristic (few rows); FP8DK_RMSNORM_CLUSTER (README) forces
 it (2, 4, 8 CTAs per row) or the one-CTA-per-row kernels (0). Both give the same bytes by design, which the
 cluster tests check bit for bit, besides the reference.
 """
@@ -477,7 +477,7 @@ def test_cluster_override_rejects_bad_values(kernel, monkeypatch):
     out = torch.empty_like(x)
     for bad in ("3", "16", "-1", "two"):
         monkeypatch.setenv(CLUSTER_ENV, bad)
-        with pytest.raises(RuntimeError, match=CLUSTER_ENV):
+        with pytest.raises(ValueError, match=CLUSTER_ENV):
             kernel.ops.rms_norm(out, x, weight, EPS, None)
 
 
@@ -579,7 +579,7 @@ def test_persistent_rejects_bad_values(kernel, monkeypatch):
     out = torch.empty_like(x)
     for bad in ("2", "-1", "10", "yes"):
         monkeypatch.setenv(PERSISTENT_ENV, bad)
-        with pytest.raises(RuntimeError, match=PERSISTENT_ENV):
+        with pytest.raises(ValueError, match=PERSISTENT_ENV):
             kernel.ops.rms_norm(out, x, weight, EPS, None)
 
 

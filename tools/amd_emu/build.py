@@ -21,9 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 EMU = ROOT / "tools" / "amd_emu"
 TARGETS = ("gfx942", "gfx950")
-SOURCE_GLOBS = ("common/*.cuh", "common/*.h", "quant_fp8/*.cuh", "rmsnorm_fp8/*.cuh", "swiglu_fp8/*.cuh",
-                "skinny_gemm/*.cuh", "skinny_gemm/*.h", "tools/amd_emu/*.h", "tools/amd_emu/*.cpp",
-                "tools/amd_emu/shim/*.h", "tools/compile_check/hip_min.h")
+SOURCE_GLOBS = ("common/*.cuh", "common/*.h", "quant_fp8/*.cuh", "quant_fp8/*.h", "rmsnorm_fp8/*.cuh",
+                "rmsnorm_fp8/*.h", "swiglu_fp8/*.cuh", "swiglu_fp8/*.h", "skinny_gemm/*.cuh", "skinny_gemm/*.h",
+                "tools/amd_emu/*.h", "tools/amd_emu/*.cpp", "tools/amd_emu/shim/*.h", "tools/compile_check/hip_min.h")
 
 
 def clang() -> str:

@@ -12,12 +12,10 @@
 //
 // Host side: what the ROCm launchers (quant_fp8/quantize.cu, swiglu_fp8/swiglu.cu, rmsnorm_fp8/rmsnorm.cu,
 // skinny_gemm/skinny_gemm.cu + skinny_gemm_launch.cuh) do on ROCm, for an emulated device (MI300X: 304 CUs,
-// 64 KB LDS per workgroup; MI355X: 256 CUs, 160 KB). The planning code they share is compiled here as is
-// (common/row_chunk_grid.h; skinny_gemm's whole launch plan, skinny_gemm/skinny_gemm_launch_plan.h); the other
-// launchers' own planning functions (store/vector width, rms_norm's configure) live in anonymous namespaces next
-// to torch calls, so they are copied below verbatim (tests/test_amd_emulator.py::test_emulated_plan_is_the_launchers
-// keeps the copies equal to the launchers'); the rest of the launch (dtype dispatch, the workspace) is restated
-// in the op_* functions, each naming what it follows.
+// 64 KB LDS per workgroup; MI355X: 256 CUs, 160 KB). Every op's plan is the launcher's own, compiled here as
+// it is (quantize_plan.h, swiglu_plan.h, rmsnorm_plan.h, skinny_gemm/skinny_gemm_launch_plan.h) and called with
+// the emulated device's properties; the rest of the launch (dtype dispatch, the workspace) is restated in the
+// op_* functions, each naming what it follows.
 //
 // Ops: quant, swiglu, rmsnorm, gemm (the kernels); mfma, cvt (single instructions, for the layout and
 // conversion tests); selftest (kernels that break the emulator's rules: each must stop with an error); options (see emu::Options): sfu_ulp, fnuz_negative_zero_nan, cvt_overflow_saturates,
@@ -28,12 +26,15 @@
 // pair; 2 v_cvt_pk_fp8_f32 saturates one FP8 step below the maximum; 3 v_mfma_f32_16x16x32_fp8_fp8: lane 1
 // takes lane 2's B fragment; 4 ds_bpermute: lane 5 reads its source's neighbour; 5 the workgroup barrier
 // does not wait (every s_barrier returns at once).
+#include "common/launch.h"  // tools/amd_emu/shim/launch.h (see build.py)
 #include "quant_fp8/quantize_kernels.cuh"
+#include "quant_fp8/quantize_plan.h"
 #include "rmsnorm_fp8/rmsnorm_kernels.cuh"
+#include "rmsnorm_fp8/rmsnorm_plan.h"
 #include "skinny_gemm/skinny_gemm_kernels.cuh"
 #include "skinny_gemm/skinny_gemm_launch_plan.h"
 #include "swiglu_fp8/swiglu_kernels.cuh"
-#include "common/row_chunk_grid.h"
+#include "swiglu_fp8/swiglu_plan.h"
 
 #include <climits>
 #include <map>
@@ -61,6 +62,16 @@ struct Device {
   int lds_bytes;  // LDS one workgroup may use
 };
 Device g_dev;
+
+// The emulated device as the plan functions see it (common/plan.h).
+fp8dk::DeviceProps props() {
+  fp8dk::DeviceProps d;
+  d.vendor = fp8dk::Vendor::kAmd;
+  d.sms = g_dev.sms;
+  d.warp_size = fp8dk::kWarpSize;
+  d.max_smem_per_block = g_dev.lds_bytes;
+  return d;
+}
 
 std::string arg(const std::string& key, const char* dflt = nullptr) {
   auto it = g_args.find(key);
@@ -194,7 +205,7 @@ void with_width(int w, F&& f) {
 }  // namespace
 
 // ------------------------------------------------------------------------------------------ the launchers' planning
-// The launchers' planning functions, copied verbatim from their .cu files (tests/test_amd_emulator.py checks
+// skinny_gemm's planning functions, copied verbatim from skinny_gemm.cu (tests/test_amd_emulator.py checks
 // that each body still equals the launcher's), with stand-ins for what they call: the device attributes of
 // the emulated device (common/device_info.h) and TORCH_CHECK.
 
@@ -208,112 +219,6 @@ inline int multiprocessor_count() { return g_dev.sms; }
 inline int max_shared_memory_per_block() { return g_dev.lds_bytes; }
 }  // namespace fp8dk
 
-namespace quant_launcher {  // quant_fp8/quantize.cu
-using fp8dk::quant::kChunk;
-using fp8dk::quant::kMaxLoadElems;
-int store_width(const void* in, const void* out, int64_t rows, int64_t in_stride, int64_t out_stride) {
-  for (int w = kChunk; w > 1; w /= 2) {
-    const int load_elems = std::min(w, kMaxLoadElems);
-    const bool strides_ok = rows <= 1 || (in_stride % load_elems == 0 && out_stride % w == 0);
-    if (fp8dk::is_aligned(in, 2 * load_elems) && fp8dk::is_aligned(out, w) && strides_ok) return w;
-  }
-  return 1;
-}
-}  // namespace quant_launcher
-
-namespace swiglu_launcher {  // swiglu_fp8/swiglu.cu
-using fp8dk::swiglu::kChunk;
-int vector_width(const void* in, const void* out, int out_bytes, int64_t d, int64_t rows, int64_t in_stride,
-                 int64_t out_stride) {
-  for (int w = kChunk; w > 1; w /= 2) {
-    const bool strides_ok = rows <= 1 || (in_stride % w == 0 && out_stride % w == 0);
-    if (fp8dk::is_aligned(in, 2 * w) && fp8dk::is_aligned(out, out_bytes * w) && d % w == 0 && strides_ok) {
-      return w;
-    }
-  }
-  return 1;
-}
-}  // namespace swiglu_launcher
-
-namespace rmsnorm_launcher {  // rmsnorm_fp8/rmsnorm.cu
-using fp8dk::RmsNormParams;
-namespace rn = fp8dk::rmsnorm;
-constexpr int kRowsBlockThreads = 256;
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-struct Launch {
-  enum class Kernel { kAligned, kGeneral, kLongRow } kernel;
-  int blocks;
-  int threads;
-  int smem_bytes;
-};
-bool rows_aligned(const void* p, int64_t stride, int64_t rows, int bytes, int elem_bytes) {
-  return fp8dk::is_aligned(p, bytes) && (rows == 1 || (stride * elem_bytes) % bytes == 0);
-}
-
-bool all_aligned(const RmsNormParams& p, int out_elem_bytes) {
-  constexpr int kVec = rn::kSlotElems;
-  return p.hidden % kVec == 0 && rows_aligned(p.input, p.input_stride, p.rows, 2 * kVec, 2) &&
-         rows_aligned(p.out, p.out_stride, p.rows, out_elem_bytes * kVec, out_elem_bytes) &&
-         fp8dk::is_aligned(p.weight, 2 * kVec) && (p.residual == nullptr || fp8dk::is_aligned(p.residual, 2 * kVec));
-}
-
-Launch configure_one_cta(RmsNormParams& p, bool aligned, int64_t slots, int sms) {
-  Launch l{};
-  const int slots_per_thread = aligned ? rn::kSlotsPerThread<true> : rn::kSlotsPerThread<false>;
-  if (slots > (aligned ? rn::kMaxRegisterSlots<true> : rn::kMaxRegisterSlots<false>)) {
-    // One block per row walking it in chunks; as much of the row as the device allows stays in shared memory.
-    l.kernel = Launch::Kernel::kLongRow;
-    l.threads = rn::kMaxThreads;
-    l.blocks = static_cast<int>(p.rows);
-    // What a block may use (48 KB without opt-in everywhere) less the kernel's static reduction scratch.
-    const int64_t smem = std::max(fp8dk::max_shared_memory_per_block(), 48 * 1024) - sizeof(float) * fp8dk::kMaxWarps;
-    const int64_t smem_slots = smem / sizeof(fp8dk::Pack<16>);
-    p.staged_slots = static_cast<int>(std::min(slots, smem_slots));
-    l.smem_bytes = p.staged_slots * static_cast<int>(sizeof(fp8dk::Pack<16>));
-    return l;
-  }
-  l.kernel = aligned ? Launch::Kernel::kAligned : Launch::Kernel::kGeneral;
-  int group = static_cast<int>(ceil_div(slots, slots_per_thread));
-  if (group <= fp8dk::kWarpSize) {
-    // Short rows: a power-of-two group of lanes per row, several rows per block, a shuffle reduction. With
-    // few rows the block shrinks (down to one warp) so the rows spread over more SMs.
-    int shift = 0;
-    while ((1 << shift) < group) ++shift;
-    group = 1 << shift;
-    l.threads = kRowsBlockThreads;
-    while (l.threads > fp8dk::kWarpSize && ceil_div(p.rows, l.threads >> shift) < sms) l.threads /= 2;
-    p.group_shift = shift;
-    p.lane_mask = group - 1;
-    p.rows_per_block = l.threads >> shift;
-  } else {
-    // Long rows: one block of whole warps per row, a block reduction.
-    group = static_cast<int>(ceil_div(group, fp8dk::kWarpSize)) * fp8dk::kWarpSize;
-    l.threads = group;
-    p.group_shift = 31;  // threadIdx.x >> 31 == 0: every thread of the block works on its one row
-    p.lane_mask = INT_MAX;
-    p.rows_per_block = 1;
-  }
-  p.threads_per_row = group;
-  const int64_t blocks = ceil_div(p.rows, p.rows_per_block);
-  TORCH_CHECK(blocks <= INT_MAX, "rms_norm: too many rows (", p.rows, ") for one launch");
-  l.blocks = static_cast<int>(blocks);
-  return l;
-}
-
-Launch configure(RmsNormParams& p, int out_elem_bytes) {
-  const bool aligned = all_aligned(p, out_elem_bytes);
-  // Slots per row: on the general path a row starting past a 16-byte boundary may need one more.
-  const int64_t slots = ceil_div(p.hidden + (aligned ? 0 : rn::kSlotElems - 1), rn::kSlotElems);
-  const int sms = fp8dk::multiprocessor_count();
-  Launch l = configure_one_cta(p, aligned, slots, sms);
-#if defined(FP8DK_NVIDIA)
-  plan_cluster(p, slots, aligned, sms, l);
-  l.persistent = l.cluster == 1 && l.kernel == Launch::Kernel::kAligned && p.rows_per_block == 1 &&
-                 l.threads <= rn::kMaxPersistentThreads;
-#endif
-  return l;
-}
-}  // namespace rmsnorm_launcher
 
 namespace {
 
@@ -321,19 +226,19 @@ namespace {
 
 // quant_fp8/quantize.cu: quantize_fp8(), launch().
 void op_quant() {
-  using namespace fp8dk::quant;
   const int64_t d = iarg("d"), rows = iarg("rows"), in_stride = iarg("in_stride"), out_stride = iarg("out_stride");
   if (rows == 0 || d == 0) return;
   const auto* in = reinterpret_cast<const uint16_t*>(need("x"));
   auto* out = need("out");
   const auto* scale = reinterpret_cast<const float*>(need("scale"));
-  const int w = quant_launcher::store_width(in, out, rows, in_stride, out_stride);
-  const fp8dk::LaunchShape s =
-      fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
-  std::printf("plan store_width=%d\n", w);
+  const fp8dk::QuantizeFp8Plan plan = fp8dk::plan_quantize_fp8(in, out, d, rows, in_stride, out_stride, props());
+  fp8dk::LaunchShape s;
+  s.grid = fp8dk::to_dim3(plan.shape.grid);
+  s.block = fp8dk::to_dim3(plan.shape.block);
+  std::printf("plan store_width=%d\n", plan.width);
   with_16bit(arg("in"), [&](auto in_fmt) {
     with_fp8(arg("out"), [&](auto out_fmt) {
-      with_width<16, 8, 4, 2, 1>(w, [&](auto W) {
+      with_width<16, 8, 4, 2, 1>(plan.width, [&](auto W) {
         run("quantize_fp8_kernel", s, 0, [&] {
           fp8dk::quantize_fp8_kernel<decltype(in_fmt), decltype(out_fmt), decltype(W)::value>(in, out, scale, int(d), rows, in_stride,
                                                                                out_stride);
@@ -353,15 +258,17 @@ void op_swiglu() {
   const auto* in = reinterpret_cast<const uint16_t*>(need("x"));
   auto* out = need("out");
   const auto* scale = reinterpret_cast<const float*>(buf("scale"));
-  const fp8dk::LaunchShape s =
-      fp8dk::row_chunk_grid((d + kChunk - 1) / kChunk, rows, kMaxThreads, kMaxGridY, fp8dk::multiprocessor_count());
   with_16bit(arg("in"), [&](auto in_fmt) {
     using In = decltype(in_fmt);
     with_out<In>(arg("out"), [&](auto out_fmt) {
       using Out = decltype(out_fmt);
-      const int w = swiglu_launcher::vector_width(in, out, kOutBytes<Out>, d, rows, in_stride, out_stride);
-      std::printf("plan vector_width=%d\n", w);
-      with_width<8, 4, 2, 1>(w, [&](auto W) {
+      const fp8dk::SiluAndMulPlan plan =
+          fp8dk::plan_silu_and_mul(in, out, Out::kBytes, d, rows, in_stride, out_stride, props());
+      fp8dk::LaunchShape s;
+      s.grid = fp8dk::to_dim3(plan.shape.grid);
+      s.block = fp8dk::to_dim3(plan.shape.block);
+      std::printf("plan vector_width=%d\n", plan.width);
+      with_width<8, 4, 2, 1>(plan.width, [&](auto W) {
         run("silu_and_mul_kernel", s, 0, [&] {
           fp8dk::silu_and_mul_kernel<In, Out, decltype(W)::value>(in, out, scale, int(d), rows, in_stride, out_stride);
         });
@@ -372,7 +279,7 @@ void op_swiglu() {
 
 // ------------------------------------------------------------------------------------------ rms_norm
 
-// rmsnorm.cu: rms_norm_gpu(), configure(), launch().
+// rmsnorm.cu: rms_norm_gpu(), launch().
 void op_rmsnorm() {
   fp8dk::RmsNormParams p{};
   p.rows = iarg("rows");
@@ -389,15 +296,19 @@ void op_rmsnorm() {
   p.scale = reinterpret_cast<const float*>(buf("scale"));
   const std::string out_fmt = arg("out");
   const int out_elem_bytes = out_fmt == "same" ? 2 : 1;
-  using rmsnorm_launcher::Launch;
-  const Launch l = rmsnorm_launcher::configure(p, out_elem_bytes);
+  const fp8dk::RmsNormProblem problem{p.input,  p.residual,     p.out,        p.weight,
+                                      p.rows,   p.input_stride, p.out_stride, p.hidden,
+                                      out_elem_bytes};
+  const fp8dk::RmsNormPlan l = fp8dk::plan_rms_norm(problem, props(), {}, {});
+  p.split = l.split;
+  using Kernel = fp8dk::RmsNormKernel;
   const char* names[] = {"rms_norm_kernel<aligned>", "rms_norm_kernel<general>", "rms_norm_long_row_kernel"};
   std::printf("plan kernel=%d threads_per_row=%d rows_per_block=%d staged_slots=%d\n", int(l.kernel),
-              p.threads_per_row, p.rows_per_block, p.staged_slots);
+              p.split.threads_per_row, p.split.rows_per_block, p.split.staged_slots);
   fp8dk::LaunchShape shape;
-  shape.grid = dim3(l.blocks);
-  shape.block = dim3(l.threads);
-  shape.smem_bytes = l.kernel == Launch::Kernel::kLongRow ? l.smem_bytes : 0;
+  shape.grid = fp8dk::to_dim3(l.grid);
+  shape.block = fp8dk::to_dim3(l.block);
+  shape.smem_bytes = l.smem_bytes;
   const int static_lds = int(sizeof(float)) * fp8dk::kMaxWarps;  // scratch[kMaxWarps]
   with_16bit(arg("in"), [&](auto in_fmt) {
     using In = decltype(in_fmt);
@@ -406,15 +317,17 @@ void op_rmsnorm() {
       auto go = [&](auto res) {
         constexpr bool kRes = decltype(res)::value;
         switch (l.kernel) {
-          case Launch::Kernel::kAligned:
+          case Kernel::kAligned:
             run(names[0], shape, static_lds, [&] { fp8dk::rms_norm_kernel<In, Out, kRes, true>(p); });
             break;
-          case Launch::Kernel::kGeneral:
+          case Kernel::kGeneral:
             run(names[1], shape, static_lds, [&] { fp8dk::rms_norm_kernel<In, Out, kRes, false>(p); });
             break;
-          case Launch::Kernel::kLongRow:
+          case Kernel::kLongRow:
             run(names[2], shape, static_lds, [&] { fp8dk::rms_norm_long_row_kernel<In, Out, kRes>(p); });
             break;
+          default:
+            fail("rms_norm: the plan names an NVIDIA-only kernel on ROCm");
         }
       };
       if (residual) go(std::true_type{});

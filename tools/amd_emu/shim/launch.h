@@ -1,7 +1,9 @@
 // Stand-in for common/launch.h in the emulator build (tools/amd_emu/build.py maps that path here with clang's
-// -ivfsoverlay, so that common/row_chunk_grid.h -- the launchers' real grid planning -- compiles as host C++
-// without torch or HIP). Only what row_chunk_grid.h needs: dim3 and LaunchShape, as in common/launch.h.
+// -ivfsoverlay): the driver's launches take the launchers' LaunchShape as host C++, without torch or HIP.
+// Only what the driver needs: dim3, LaunchShape and to_dim3, as in common/launch.h.
 #pragma once
+
+#include "common/plan.h"
 
 struct dim3 {
   unsigned x, y, z;
@@ -15,5 +17,7 @@ struct LaunchShape {
   int smem_bytes = 0;
   dim3 cluster = dim3(1, 1, 1);
 };
+
+inline dim3 to_dim3(Dims d) { return dim3(d.x, d.y, d.z); }
 
 }  // namespace fp8dk
