@@ -10,11 +10,6 @@
 // once (PTX ISA, mbarrier.try_wait.parity).
 #include "common/platform.cuh"
 
-// The copy-engine kernel's (skinny_gemm_tma.cuh) name for the passes that have it: FP8DK_SM90 (platform.cuh).
-#if defined(FP8DK_SM90)
-#define FP8DK_TMA 1
-#endif
-
 namespace fp8dk {
 namespace tma {
 

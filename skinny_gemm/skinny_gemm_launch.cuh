@@ -90,7 +90,7 @@ auto portable_kernel_mp(int lb) {
   switch (lb) {
     case 16: return &skinny_gemm_kernel<Ab, Out, MP, 16>;
     case 8: return &skinny_gemm_kernel<Ab, Out, MP, 8>;
-    default: return &skinny_gemm_kernel<Ab, Out, MP, Operand<Ab>::kBytes>;
+    default: return &skinny_gemm_kernel<Ab, Out, MP, Ab::kBytes>;
   }
 }
 template <class Ab, class Out>

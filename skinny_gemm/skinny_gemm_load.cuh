@@ -11,14 +11,6 @@
 namespace fp8dk {
 namespace skinny {
 
-// An operand format's facts (numerics.cuh's format tags), under the name the launcher and the copy-engine
-// kernel read them by.
-template <class T>
-struct Operand {
-  static constexpr int kBytes = T::kBytes;
-  static constexpr bool kFp8 = T::kFp8;
-};
-
 using Chunk = Pack<16>;
 
 // Elements of one 16-byte chunk.

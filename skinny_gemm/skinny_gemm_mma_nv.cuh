@@ -42,10 +42,6 @@ FP8DK_DEVICE void mma_m16n8k16(Bf16, float (&d)[4], const uint32_t (&a)[4], uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The copy-engine kernel's name for the same mapping (skinny_gemm_tma.cuh).
-template <class Ab>
-using NvMmaInput = Mma16Input<Ab>;
-
 template <class Ab, int MP>
 struct WarpMma {
   static constexpr int kRB = row_blocks(MP);

@@ -19,7 +19,8 @@
 // 1024-byte aligned, so the base offset is 0).
 #include "common/platform.cuh"
 
-#if defined(FP8DK_NVIDIA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// wgmma exists on sm_90a only (not sm_90, not later architectures).
+#if defined(FP8DK_SM90) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FP8DK_QGMMA 1
 #endif
 

@@ -38,7 +38,7 @@
 namespace fp8dk {
 namespace skinny {
 
-#if defined(FP8DK_TMA)
+#if defined(FP8DK_SM90)
 FP8DK_DEVICE void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -60,7 +60,7 @@ FP8DK_DEVICE uint32_t swizzled(int row, int chunk) {
 // tokens of the activation box at `abox` (shared-memory addresses).
 template <class Ab, int NT, int RB>
 FP8DK_DEVICE void multiply_box(float (&acc)[RB][NT][4], uint32_t wbox, uint32_t abox, int row0, int lane) {
-  using Mma = typename NvMmaInput<Ab>::type;
+  using Mma = typename Mma16Input<Ab>::type;
   const int g = lane / 4, t = lane % 4;
   const int ld_row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8, ld_chunk = lane >> 4;
 #pragma unroll
@@ -69,7 +69,7 @@ FP8DK_DEVICE void multiply_box(float (&acc)[RB][NT][4], uint32_t wbox, uint32_t 
 #pragma unroll
     for (int rb = 0; rb < RB; ++rb)
       ldmatrix_x4(w[rb], wbox + swizzled(ld_row + rb * kRowBlock, 2 * pair + ld_chunk));
-    if constexpr (Operand<Ab>::kFp8) {
+    if constexpr (Ab::kFp8) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int chunk = 2 * pair + h;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
                            uint16_t* __restrict__ out, const uint16_t* __restrict__ bias,
                            const float* __restrict__ scale_a, const float* __restrict__ scale_b, float* ws,
                            unsigned* counters, const TmaPlan p) {
-#if defined(FP8DK_TMA)
+#if defined(FP8DK_SM90)
   constexpr int kMP = NT * 8;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = tma::shared_address(smem_raw);
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   wait_for_prior_grid();
   Epilogue e;
   e.alpha = 1.f;
-  if constexpr (Operand<Ab>::kFp8) e.alpha = *scale_a * *scale_b * product_scale<Ab, true>();
+  if constexpr (Ab::kFp8) e.alpha = *scale_a * *scale_b * product_scale<Ab, true>();
   e.bias = bias;
   e.out = out;
   e.out_stride = p.out_stride;

@@ -442,7 +442,7 @@ void op_gemm() {
     with_16bit(arg("out"), [&](auto out_fmt) {
       using Out = decltype(out_fmt);
       auto by_mp = [&](auto MP) {
-        constexpr int kEb = fp8dk::skinny::Operand<Ab>::kBytes;
+        constexpr int kEb = Ab::kBytes;
         auto by_lb = [&](auto LB) {
           launch_planned<Ab, Out, decltype(MP)::value, decltype(LB)::value>(l, a, b, out, bias, scale_a, scale_b);
         };
