@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import types
 import zlib
 
 import pytest
@@ -44,11 +45,12 @@ CALC = REPO_ROOT / "tools" / "amd_emu" / "calculator"
 
 
 def _load_reference():
-    spec = importlib.util.spec_from_file_location(
-        "fp8dk_reference", REPO_ROOT / "torch-ext" / "fp8_decode_kernels" / "reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """reference.py from the source tree, no build needed: its package's directory as a bare package (its
+    __init__ needs the build's _ops), so that reference.py's relative imports resolve there."""
+    package = types.ModuleType("fp8dk_source")
+    package.__path__ = [str(REPO_ROOT / "torch-ext" / "fp8_decode_kernels")]
+    sys.modules.setdefault("fp8dk_source", package)
+    return importlib.import_module("fp8dk_source.reference")
 
 
 reference = _load_reference()
