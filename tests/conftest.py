@@ -29,7 +29,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "kernels_ci: fast subset run by kernel-builder's CI (pytest -m kernels_ci)")
 
 
-_LOADED = set()
+_LOADED = set()  # backends load_kernel has loaded (a failed or skipped load is not one)
 
 
 @functools.cache
@@ -37,17 +37,17 @@ def load_kernel(backend: Optional[str]):
     """The kernel module for `backend` ("cpu", or None for the installed torch's own backend)."""
     import kernels
 
-    _LOADED.add((backend,))
-
     overrides = os.environ.get("LOCAL_KERNELS", "")
     if f"{REPO_ID}=" not in overrides:
         os.environ["LOCAL_KERNELS"] = ":".join(filter(None, [overrides, f"{REPO_ID}={REPO_ROOT}"]))
     try:
-        return kernels.get_kernel(REPO_ID, version=1, backend=backend)
+        module = kernels.get_kernel(REPO_ID, version=1, backend=backend)
     except FileNotFoundError as e:
         if backend == "cpu" and HAS_GPU:
             pytest.skip("no CPU variant next to the GPU one: build it with `python tools/build.py --backend cpu`")
         pytest.fail(f"no build of {REPO_ID} for this system: run `python tools/build.py` first.\n{e}", pytrace=False)
+    _LOADED.add(backend)
+    return module
 
 
 @pytest.fixture(params=DEVICES)
@@ -81,7 +81,7 @@ def _tuning_overrides(monkeypatch):
     and so does the start of every test (the previous test's monkeypatch has undone its settings by then)."""
 
     def reload():
-        for backend in list(_loaded_backends()):
+        for backend in list(_LOADED):
             load_kernel(backend).ops._reload_tuning()
 
     set_env, del_env = monkeypatch.setenv, monkeypatch.delenv
@@ -97,7 +97,3 @@ def _tuning_overrides(monkeypatch):
     monkeypatch.setenv, monkeypatch.delenv = setenv, delenv
     reload()
 
-
-def _loaded_backends():
-    """The backends load_kernel has loaded in this process (without loading any)."""
-    return [args[0] for args in _LOADED]
