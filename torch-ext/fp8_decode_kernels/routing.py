@@ -15,22 +15,22 @@ import os
 import torch
 
 # NVIDIA compute capability 9.x, measured 2026-11-25 on an H100 80GB HBM3, e4m3fn -> bf16
-# (benchmarks/results/nvidia-h100/session8-2026-11-25/targets/sweep.md): weight shape (N, K) -> the M values
-# (1..32) at which torch._scaled_mm was faster than our kernel by 1% or more (between measured M, the nearer
-# measured point decides).
+# (benchmarks/results/nvidia-h100/session9-2026-11-25/sweep/sweep.md, the kernel with its wgmma consumer above 8
+# tokens): weight shape (N, K) -> the M values (1..32) at which torch._scaled_mm was faster than our kernel by 1%
+# or more (between measured M, the nearer measured point decides; halfway, the smaller).
 _SM90_SLOWER_M = {
-    (2304, 16384): range(21, 33),   # Llama-3.1-405B TP8 qkv: 0.93x at M = 24, 32
-    (16384, 2048): range(29, 33),   # 405B TP8 o: 1.00x at 24, 0.93x at 32
-    (13312, 16384): range(13, 29),  # 405B TP8 gate_up: 0.99x at 16 and 24, 1.03x at 32
-    (16384, 6656): range(0),        # 405B TP8 down: 1.01-1.11x
-    (10240, 8192): range(13, 33),   # Llama-3.1-70B qkv: 0.98x at 16, 0.92-0.93x above
-    (8192, 28672): range(0),        # 70B down: 0.99-1.01x
-    (6144, 4096): range(7, 33),     # Llama-3.1-8B qkv: 0.96x at 8, down to 0.71x at 32
-    (28672, 4096): range(13, 33),   # 8B gate_up: 0.97x at 16, 0.94x at 32
+    (2304, 16384): frozenset(range(29, 33)),   # Llama-3.1-405B TP8 qkv: 1.02-1.07x up to 24, 0.99x at 32
+    (16384, 2048): frozenset(),                # 405B TP8 o: 1.02-1.20x
+    (13312, 16384): frozenset(),               # 405B TP8 gate_up: 1.01-1.12x
+    (16384, 6656): frozenset(),                # 405B TP8 down: 1.03-1.09x
+    (10240, 8192): frozenset(range(13, 33)),   # Llama-3.1-70B qkv: 1.02-1.04x up to 8, 0.92-0.96x above
+    (8192, 28672): frozenset(),                # 70B down: 0.99-1.03x
+    (6144, 4096): frozenset((*range(7, 13), *range(21, 33))),  # Llama-3.1-8B qkv: 0.97x at 8 and 24, 0.90x at 32
+    (28672, 4096): frozenset((*range(7, 13), *range(21, 33))),  # 8B gate_up: 0.99x at 8, 0.94-0.96x at 24-32
 }
 # Shapes not in the table, from the same measurements: our kernel up to 4 tokens (it won or tied on every
-# measured shape), up to 8 for weights of at least 32 MiB (every measured shape that size won at M = 8), and
-# torch._scaled_mm above (three of the eight measured shapes lose from 16 tokens on).
+# measured shape), up to 8 for weights of at least 32 MiB (every measured shape that size won or tied at M = 8),
+# and torch._scaled_mm above (four of the eight measured shapes lose somewhere above 8 tokens).
 _SM90_ALWAYS_OURS_M = 4
 _SM90_LARGE_WEIGHT_M = 8
 _SM90_LARGE_WEIGHT_BYTES = 32 << 20
