@@ -2,7 +2,7 @@
 
 Users must never be slower with the package than without it. Where our kernel was measured slower than
 ``torch._scaled_mm`` (same process, CUDA graphs, weights rotated beyond L2; ``benchmarks/sweep.py --gemm-shapes
-targets``), the wrapper calls ``torch._scaled_mm`` for that (architecture, weight shape, M). The table holds the
+targets``), the wrapper calls ``torch._scaled_mm`` for that (Hopper part, weight shape, M). Each table holds the
 measured shapes; other shapes follow a rule drawn from the same measurements. Architectures without a
 measurement (pre-Hopper NVIDIA, ROCm) always run our kernel, as before.
 
@@ -35,10 +35,28 @@ _SM90_ALWAYS_OURS_M = 4
 _SM90_LARGE_WEIGHT_M = 8
 _SM90_LARGE_WEIGHT_BYTES = 32 << 20
 
+# The H200 (same compute capability, 1.4x the H100's bandwidth per SM), measured 2026-11-25 on an NVIDIA H200
+# (benchmarks/results/nvidia-h200/session9-2026-11-25/sweep.md, same kernel, e4m3fn -> bf16, same rule). The
+# copy-engine plan is tuned on the H100; on the H200 our kernel wins only on some shapes at few tokens, so
+# unmeasured shapes go to torch._scaled_mm at every M.
+_H200_SLOWER_M = {
+    (2304, 16384): frozenset((*range(1, 13), *range(21, 33))),  # 405B qkv: 0.93-0.96x but 1.00x at 16
+    (16384, 2048): frozenset(range(13, 33)),                    # 405B o: 1.00-1.06x up to 8, 0.80-0.90x above
+    (13312, 16384): frozenset((*range(7, 13), *range(21, 33))),  # 405B gate_up: 1.03-1.04x at 1-4, 1.01x at 16
+    (16384, 6656): frozenset(range(13, 33)),                    # 405B down: 1.02-1.04x up to 8, 0.93-0.97x above
+    (10240, 8192): frozenset(range(1, 33)),                     # 70B qkv: 0.82-0.98x
+    (8192, 28672): frozenset((1, *range(13, 33))),              # 70B down: 0.99-1.00x up to 8, 0.96x above
+    (6144, 4096): frozenset(range(2, 33)),                      # 8B qkv: 1.03x at 1, 0.81-0.99x above
+    (28672, 4096): frozenset((1, *range(4, 33))),               # 8B gate_up: 1.04x at 2, 0.81-0.96x elsewhere
+}
+
 
 @functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple:
-    return torch.cuda.get_device_capability(index)
+def _hopper_part(index: int) -> str:
+    """"h200", "h100" (every other compute capability 9.x part is taken as one), or "" off Hopper."""
+    if torch.cuda.get_device_capability(index)[0] != 9:
+        return ""
+    return "h200" if "H200" in torch.cuda.get_device_name(index) else "h100"
 
 
 def prefer_scaled_mm(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -48,9 +66,12 @@ def prefer_scaled_mm(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.device.type != "cuda" or torch.version.hip is not None:
         return False
-    if _capability(a.device.index if a.device.index is not None else torch.cuda.current_device())[0] != 9:
+    part = _hopper_part(a.device.index if a.device.index is not None else torch.cuda.current_device())
+    if not part:
         return False
     m, (n, k) = a.shape[0], b.shape
+    if part == "h200":
+        return m in _H200_SLOWER_M.get((n, k), range(1, 33))
     slower = _SM90_SLOWER_M.get((n, k))
     if slower is not None:
         return m in slower
