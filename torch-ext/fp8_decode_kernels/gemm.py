@@ -71,7 +71,8 @@ def skinny_gemm(
     bias: Optional[torch.Tensor] = None,
     out_dtype: Optional[torch.dtype] = None,
 ) -> torch.Tensor:
-    """``out[M, N] = (a[M, K] @ b[N, K]^T) * scale_a * scale_b (+ bias[N])`` with float32 accumulation.
+    """``out[M, N] = (a[M, K] @ b[N, K]^T) * scale_a * scale_b (+ bias[N])``, accumulated in float32 (on Hopper,
+    OCP e4m3 above 8 tokens, after the tensor core's narrower sums of 32 products: README "Op contract").
 
     The decode-shaped GEMM of a linear layer: ``a`` holds the activations, ``b`` the weight in nn.Linear's
     [out_features, in_features] layout. Either both operands are FP8 of the same flavour with one-element
