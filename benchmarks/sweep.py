@@ -735,14 +735,18 @@ def baselines(args) -> dict:
     return peers
 
 
+def put_after_ours(case, peers: dict) -> None:
+    """Puts the implementations `peers` right after 'ours' in the case (cases of one family may share an impls
+    dict: the case gets a new one)."""
+    others = {name: fn for name, fn in case.impls.items() if name != "ours"}
+    case.impls = {"ours": case.impls["ours"], **peers, **others}
+
+
 def add_baselines(cases: list, peers: dict, k) -> None:
     """Puts our kernels (those of the kernel module `k`) under each environment of `peers` right after 'ours' in
-    every case (cases of one family may share an impls dict)."""
+    every case."""
     for case in cases:
-        ours = case.impls["ours"]
-        others = {name: fn for name, fn in case.impls.items() if name != "ours"}
-        tuned = {label: with_environment(ours, env, k) for label, env in peers.items()}
-        case.impls = {"ours": ours, **tuned, **others}
+        put_after_ours(case, {label: with_environment(case.impls["ours"], env, k) for label, env in peers.items()})
 
 
 def add_build_baseline(cases: list, baseline_cases: list) -> None:
@@ -750,9 +754,7 @@ def add_build_baseline(cases: list, baseline_cases: list) -> None:
     shapes and input layout) right after 'ours' in every case, as 'ours, baseline build'."""
     for case, other in zip(cases, baseline_cases, strict=True):
         assert case.name == other.name, (case.name, other.name)
-        ours = case.impls["ours"]
-        case.impls = {"ours": ours, "ours, baseline build": other.impls["ours"],
-                      **{name: fn for name, fn in case.impls.items() if name != "ours"}}
+        put_after_ours(case, {"ours, baseline build": other.impls["ours"]})
 
 
 def run_suites(args, k, plan: Plan, timer, rotation: int, copy_gbps: float) -> list:

@@ -27,6 +27,12 @@ inline Cache& cache() {
 [[noreturn]] inline void reject(const char* name, const std::string& value, const char* expected) {
   throw std::invalid_argument(std::string(name) + " must be " + expected + ", got '" + value + "'");
 }
+// `value` as a whole decimal integer; false where it is anything else.
+inline bool parse_integer(const std::string& value, long& x) {
+  char* end = nullptr;
+  x = std::strtol(value.c_str(), &end, 10);
+  return *end == '\0';
+}
 }  // namespace detail
 
 // The variable's value as first read in this process; nullopt when unset or empty.
@@ -49,9 +55,8 @@ inline bool is_set(const char* name) { return raw(name).has_value(); }
 inline int integer(const char* name, int lo, int hi, int unset, const char* expected) {
   const std::optional<std::string> v = raw(name);
   if (!v) return unset;
-  char* end = nullptr;
-  const long x = std::strtol(v->c_str(), &end, 10);
-  if (*end != '\0' || x < lo || x > hi) detail::reject(name, *v, expected);
+  long x = 0;
+  if (!detail::parse_integer(*v, x) || x < lo || x > hi) detail::reject(name, *v, expected);
   return static_cast<int>(x);
 }
 
@@ -59,13 +64,10 @@ inline int integer(const char* name, int lo, int hi, int unset, const char* expe
 inline int choice(const char* name, std::initializer_list<int> allowed, int unset, const char* expected) {
   const std::optional<std::string> v = raw(name);
   if (!v) return unset;
-  char* end = nullptr;
-  const long x = std::strtol(v->c_str(), &end, 10);
-  bool ok = *end == '\0';
-  if (ok) {
-    ok = false;
+  long x = 0;
+  bool ok = false;
+  if (detail::parse_integer(*v, x))
     for (const int a : allowed) ok = ok || x == a;
-  }
   if (!ok) detail::reject(name, *v, expected);
   return static_cast<int>(x);
 }

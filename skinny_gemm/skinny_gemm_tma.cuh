@@ -1,7 +1,8 @@
 #pragma once
 // Skinny GEMM on Hopper, part 2: the copy-engine kernel. out[M, N] = (a[M, K] @ b[N, K]^T) * scale_a *
-// scale_b (+ bias), M <= 32, the same contract as the portable kernel (exact products, fp32 accumulation,
-// one rounding), fed by the copy engine instead of per-thread loads. Tiling: skinny_gemm_tma_plan.cuh.
+// scale_b (+ bias), M <= 32, fed by the copy engine instead of per-thread loads. Tiling:
+// skinny_gemm_tma_plan.cuh. With mma.sync, the portable kernel's contract (exact products, fp32 accumulation,
+// one rounding); with wgmma (kQgmma, skinny_gemm_qgmma.cuh), sums of 32 products with fewer bits first.
 //
 //   producer (1 thread)   for each stage of this CTA's run: wait until the slot is free (`empty`), arm `full`
 //                         with the stage's bytes, issue one 2-D box copy of weights and one of activations
