@@ -77,9 +77,16 @@ FP8DK_DEVICE void copy_2d(void* dst, const void* map, int c0, int c1, uint64_t* 
       : "memory");
 }
 
-// Named barrier 1 over the first `threads` threads of the block (the consumer warps; barrier 0 is
-// __syncthreads, which the producer warp would never reach).
-FP8DK_DEVICE void sync_threads(int threads) { asm volatile("bar.sync 1, %0;" ::"r"(threads) : "memory"); }
+// Named barrier `id` (1..15) among `threads` threads (whole warps) that all call it: some roles' warps of a
+// warp-specialized block (barrier 0 is __syncthreads, which the other roles would never reach).
+FP8DK_DEVICE void sync_threads(int threads, int id = 1) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// Counts the calling warps into named barrier `id` of `threads` threads without waiting (the producer side of
+// a hand-off whose consumers wait in sync_threads: their warps sleep meanwhile instead of polling).
+FP8DK_DEVICE void arrive_threads(int threads, int id) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 #endif
 
 }  // namespace tma

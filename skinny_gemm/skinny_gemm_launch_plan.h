@@ -54,7 +54,7 @@ inline int row_alignment(const void* p, long long row_stride_bytes, long long ro
 // The FP8DK_SKINNY_* tuning overrides (README "Tuning overrides").
 struct Overrides {
   bool copy_engine = true;  // FP8DK_SKINNY_TMA
-  TmaOverrides tma;         // FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES, _WHOLE_TILES, _QGMMA
+  TmaOverrides tma;         // FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES, _WHOLE_TILES, _QGMMA, _REDUCERS
   int block_n = 0;          // FP8DK_SKINNY_BLOCK_N (0: the heuristic's)
   int split_k = 0;          // FP8DK_SKINNY_SPLIT_K (0: the heuristic's)
   int stream_k = -1;        // FP8DK_SKINNY_STREAM_K: 1 or 0 (-1: the heuristic's)
@@ -75,6 +75,7 @@ inline Overrides read_overrides() {
   o.tma.stages = positive("FP8DK_SKINNY_TMA_STAGES");
   o.tma.whole_tiles = tristate("FP8DK_SKINNY_TMA_WHOLE_TILES");
   o.tma.qgmma = tristate("FP8DK_SKINNY_TMA_QGMMA");
+  o.tma.reducers = tristate("FP8DK_SKINNY_TMA_REDUCERS");
   o.block_n = positive("FP8DK_SKINNY_BLOCK_N");
   o.split_k = positive("FP8DK_SKINNY_SPLIT_K");
   o.stream_k = tristate("FP8DK_SKINNY_STREAM_K");
@@ -137,7 +138,7 @@ inline bool plan_copy_engine(const Problem& q, const DeviceProps& d, const Overr
                                   : q.a_stride * q.elem_bytes;
   l.kernel = Kernel::kCopyEngine;
   l.grid_x = p.ctas;
-  l.threads = kTmaThreads;
+  l.threads = tma_threads(p);
   l.smem = p.smem_bytes;
   // Always the most any plan asks, so that the kernel's limit never drops below a captured launch's.
   l.smem_opt_in = smem_limit;

@@ -37,6 +37,21 @@ FP8DK_DEVICE unsigned atomic_add_device(unsigned* p, unsigned v) {
 #endif
 }
 
+// The tile's arrival count, by one thread after a barrier of the CTA that follows its partial-sum stores:
+// release (cumulative: the barrier orders the other threads' stores before it) and acquire (the other CTAs'
+// partials are visible to this CTA's loads that a barrier orders after it), at device scope. One fence.acq_rel
+// of one thread instead of every thread's fence_device(), whose sequentially consistent fence (MEMBAR.SC.GPU,
+// plus an L1 invalidation) is the heaviest the GPU has.
+FP8DK_DEVICE unsigned count_arrival(unsigned* p) {
+#if defined(FP8DK_AMD)
+  return __hip_atomic_fetch_add(p, 1u, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+  return old;
+#endif
+}
+
 // A partial written by another CTA, read after the acquire fence: from L2, never from this SM's L1 (on AMD
 // the agent-scope fence already invalidated the CU's cache).
 FP8DK_DEVICE float load_partial(const float* p) {

@@ -9,9 +9,14 @@
 //                         per warp column. The first ring's worth of weights is issued before the PDL wait
 //                         (no kernel writes weights); activations only after it.
 //   consumers (8 warps)   wait for `full`, multiply their rows of the stage, arrive on `empty`. No block-wide
-//                         barrier in the main loop; at the end of a tile's run, the partial sums meet in
-//                         shared memory (named barrier of the consumers only, so the producer keeps filling
-//                         the ring for the next tile meanwhile) and, if the tile is shared, in the workspace.
+//                         barrier in the main loop: at the end of a tile's run they leave their partial sums in
+//                         shared memory (`red`, once the reducers have emptied it), hand them to the reducers
+//                         (named barriers kBarRedEmpty, kBarRedFull) and go on with the next tile's run at once.
+//   reducers (3 warps)    for each tile's run: add the warp columns' partial sums, give `red` back, then finish
+//                         the tile or, if it is shared, meet the other CTAs' partials in the workspace
+//                         (skinny_gemm_reduce.cuh's protocol), overlapped with the consumers' next run. The
+//                         last run of a CTA the consumers and reducers reduce together. Without reducers
+//                         (p.reducers = 0) the consumers reduce every run themselves before the next.
 //
 // Math (A and B swapped as in skinny_gemm_mma_nv.cuh: weight rows are the MMA's M, tokens its N): a box row
 // is 128 bytes = 8 chunks of 16 bytes, stored at chunk (c ^ (row & 7)) by the 128-byte swizzle, so 8 rows
@@ -64,7 +69,10 @@ FP8DK_DEVICE void multiply_box(float (&acc)[RB][NT][4], uint32_t wbox, uint32_t 
   using Mma = typename Mma16Input<Ab>::type;
   const int g = lane / 4, t = lane % 4;
   const int ld_row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8, ld_chunk = lane >> 4;
-#pragma unroll
+  // Two row blocks, or two n-tiles: half the K steps unrolled, which keeps these tilings within the 168
+  // registers of a 12-warp CTA without spilling (fully unrolled, ptxas spilled a few bytes).
+  constexpr int kUnroll = RB == 2 || NT == 2 ? 2 : kTmaBoxBytes / 32;
+#pragma unroll kUnroll
   for (int pair = 0; pair < kTmaBoxBytes / 32; ++pair) {
     uint32_t w[RB][4];
 #pragma unroll
@@ -100,54 +108,167 @@ FP8DK_DEVICE void multiply_box(float (&acc)[RB][NT][4], uint32_t wbox, uint32_t 
   }
 }
 
-// The contributions to `tile` and this CTA's place among them: the CTAs whose unit runs
-// [floor(g * U / G), floor((g + 1) * U / G)) reach into the tile's units [tile * KB, (tile + 1) * KB).
+// The contributions to shared tile `tile` and this CTA's place among them: the CTAs whose unit runs
+// [floor(g * U / G), floor((g + 1) * U / G)) of the shared tiles' U units reach into the tile's units
+// [tile * KB, (tile + 1) * KB).
 FP8DK_DEVICE void tile_contributions(const TmaPlan& p, int tile, int& index, int& count) {
-  const long long units = static_cast<long long>(p.tiles) * p.k_blocks, ctas = gridDim.x;
+  const long long units = static_cast<long long>(p.sk_tiles) * p.k_blocks, ctas = gridDim.x;
   const long long first = ((static_cast<long long>(tile) * p.k_blocks + 1) * ctas - 1) / units;
   const long long last = ((static_cast<long long>(tile) + 1) * p.k_blocks * ctas - 1) / units;
   index = static_cast<int>(blockIdx.x - first);
   count = static_cast<int>(last - first + 1);
 }
+
+// This CTA's units (tile, K-block) in the order it streams them (skinny_gemm_tma_plan.cuh): its share of the
+// shared tiles, then its whole tiles.
+struct CtaWork {
+  long long sk_begin;  // first unit of the shared tiles
+  int sk_count;        // units of the shared tiles
+  int count;           // all units
+  FP8DK_DEVICE explicit CtaWork(const TmaPlan& p) {
+    const long long sk_units = static_cast<long long>(p.sk_tiles) * p.k_blocks;
+    sk_begin = blockIdx.x * sk_units / gridDim.x;
+    sk_count = static_cast<int>((blockIdx.x + 1) * sk_units / gridDim.x - sk_begin);
+    count = sk_count + p.dp_rounds * p.k_blocks;
+  }
+  FP8DK_DEVICE void unit(const TmaPlan& p, int i, int& tile, int& kb) const {
+    if (i < sk_count) {
+      tile = static_cast<int>((sk_begin + i) / p.k_blocks);
+      kb = static_cast<int>((sk_begin + i) % p.k_blocks);
+    } else {
+      tile = p.sk_tiles + static_cast<int>(blockIdx.x) + (i - sk_count) / p.k_blocks * static_cast<int>(gridDim.x);
+      kb = (i - sk_count) % p.k_blocks;
+    }
+  }
+  // The end of the run of units from unit i (of K-block kb) on that belong to i's tile.
+  FP8DK_DEVICE int run_end(const TmaPlan& p, int i, int kb) const {
+    const int end = i + p.k_blocks - kb;
+    return i < sk_count && end > sk_count ? sk_count : end;
+  }
+  // From unit i (tile, kb) to unit i + 1 without a division: the producer's walk, whose first copies wait for
+  // every instruction of its single thread.
+  FP8DK_DEVICE void advance(const TmaPlan& p, int& i, int& tile, int& kb) const {
+    if (++i == sk_count) {
+      tile = p.sk_tiles + static_cast<int>(blockIdx.x), kb = 0;
+    } else if (++kb == p.k_blocks) {
+      kb = 0;
+      tile += i < sk_count ? 1 : static_cast<int>(gridDim.x);
+    }
+  }
+};
 #endif
 
 // The last CTA of a tile adds the `count` partial tiles ws[s][m][n0 .. n0 + cols) in order s = 0, 1, ...
-// (K order) and finishes them. Four columns per thread and up to 8 partials in flight per thread: the sum
-// of many partials is a latency-bound walk over L2 otherwise.
+// (K order) and finishes them. The walk over L2 is latency-bound and sits on the kernel's critical path
+// after the last byte, so a thread issues 8 loads before it adds any: of one group of four columns 8 partials
+// at a time, or, where a tile has at most 4 contributions, of two groups 4 partials each (8 loads in flight;
+// more spill the widest consumer tiling). `tid` of `threads`.
 template <class Out>
 FP8DK_DEVICE void add_partials(const Epilogue& e, const float* ws, long long slice, int count, int n0, int cols,
-                               int m, int n, int threads) {
-  constexpr int kInFlight = 8;
+                               int m, int n, int tid, int threads) {
+  constexpr int kLoads = 8;
   const bool quads = (n % 4 == 0) && (cols % 4 == 0);
-  const int width = quads ? 4 : 1;
-  const int groups = m * (cols / width);
-  for (int i = threadIdx.x; i < groups; i += threads) {
-    const int r = i / (cols / width), c = (i % (cols / width)) * width;
-    const float* src = ws + static_cast<long long>(r) * n + n0 + c;
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int s0 = 0; s0 < count; s0 += kInFlight) {
-      float4 x[kInFlight];
+  const int width = quads ? 4 : 1, per_token = cols / width, groups = m * per_token;
+  const int items = count > kLoads / 2 ? 1 : 2, parts = kLoads / items;  // per pass: items x parts loads
+  for (int i0 = tid; i0 < groups; i0 += items * threads) {
+    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;  // the pass's first and second group
+    for (int s0 = 0; s0 < count; s0 += parts) {
+      float4 x[kLoads];
 #pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        if (s0 + j < count) {
-          const float* q = src + (s0 + j) * slice;
-          x[j] = quads ? __ldcg(reinterpret_cast<const float4*>(q)) : make_float4(__ldcg(q), 0.f, 0.f, 0.f);
+      for (int f = 0; f < kLoads; ++f) {
+        const int j = f / parts, s = s0 + f % parts, i = i0 + j * threads;
+        if (j < items && i < groups && s < count) {
+          const float* q = ws + s * slice + static_cast<long long>(i / per_token) * n + n0 + (i % per_token) * width;
+          x[f] = quads ? __ldcg(reinterpret_cast<const float4*>(q)) : make_float4(__ldcg(q), 0.f, 0.f, 0.f);
         }
       }
 #pragma unroll
-      for (int j = 0; j < kInFlight; ++j) {
-        if (s0 + j < count) v[0] += x[j].x, v[1] += x[j].y, v[2] += x[j].z, v[3] += x[j].w;
+      for (int f = 0; f < kLoads; ++f) {
+        const int j = f / parts, s = s0 + f % parts;
+        if (j == 0 && s < count) v0.x += x[f].x, v0.y += x[f].y, v0.z += x[f].z, v0.w += x[f].w;
+        if (j == 1 && j < items && s < count) v1.x += x[f].x, v1.y += x[f].y, v1.z += x[f].z, v1.w += x[f].w;
       }
     }
 #pragma unroll
-    for (int w = 0; w < 4; ++w)
-      if (w < width) finish<Out>(e, r, n0 + c + w, v[w]);
+    for (int j = 0; j < 2; ++j) {
+      const int i = i0 + j * threads;
+      if (j >= items || i >= groups) break;
+      const int r = i / per_token, c = (i % per_token) * width;
+      const float vs[4] = {j == 0 ? v0.x : v1.x, j == 0 ? v0.y : v1.y, j == 0 ? v0.z : v1.z, j == 0 ? v0.w : v1.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w)
+        if (w < width) finish<Out>(e, r, n0 + c + w, vs[w]);
+    }
   }
 }
 
+#if defined(FP8DK_SM90)
+// Named barriers of the copy-engine kernel (0 is __syncthreads).
+constexpr int kBarReduce = 1;    // among the threads of one reduce_run
+constexpr int kBarLastRun = 2;   // consumers (and reducers) before they reduce a run together
+constexpr int kBarRedFull = 3;   // consumers -> reducers: red holds a run's partial sums
+constexpr int kBarRedEmpty = 4;  // reducers -> consumers: red has been read
+
+// The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
+// partial sums. Adds them in column order, gives `red` back to the consumers (arrives on kBarRedEmpty of
+// `handoff` threads, if nonzero), and finishes the tile (alone) or meets the tile's other contributions in
+// the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
+template <class Out>
+FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, const float* red, int handoff, int tile,
+                             float* ws, unsigned* counters, unsigned& arrived, int tid, int threads) {
+  const int mp = p.nt * 8;
+  const int n0 = tile * p.block_n;
+  const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
+  // Four rows of the tile per thread where the workspace rows allow 16-byte accesses (red's always do).
+  const bool quads = (cols % 4 == 0) && (p.n % 4 == 0);
+  const int width = quads ? 4 : 1, per_token = cols / width;
+  int index = 0, count = 1;
+  if (tile < p.sk_tiles) tile_contributions(p, tile, index, count);
+  const long long slice = static_cast<long long>(p.m) * p.n;
+  for (int i = tid; i < p.m * per_token; i += threads) {
+    const int r = i / per_token, c = (i % per_token) * width;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int w = 0; w < p.wk; ++w) {
+      const float* q = red + (w * mp + r) * p.red_pitch + c;
+      if (quads) {
+        const float4 x = *reinterpret_cast<const float4*>(q);
+        v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
+      } else {
+        v.x += *q;
+      }
+    }
+    if (count == 1) {
+      const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j < width) finish<Out>(e, r, n0 + c + j, vs[j]);
+    } else {
+      float* dst = ws + index * slice + static_cast<long long>(r) * p.n + n0 + c;
+      if (quads) {
+        *reinterpret_cast<float4*>(dst) = v;
+      } else {
+        *dst = v.x;
+      }
+    }
+  }
+  if (handoff) tma::arrive_threads(handoff, kBarRedEmpty);
+  if (count == 1) return;
+  // The portable kernel's workspace protocol (skinny_gemm_reduce.cuh): partials in K order, the last CTA to
+  // arrive adds them (reading L2, never L1) and resets the tile's counter.
+  tma::sync_threads(threads, kBarReduce);
+  if (tid == 0) arrived = count_arrival(counters + tile);
+  tma::sync_threads(threads, kBarReduce);
+  // (Thread 0 writes `arrived` again only after the next run's first barrier, which every reader reaches
+  // after reading it here.)
+  if (arrived != static_cast<unsigned>(count - 1)) return;
+  if (tid == 0) counters[tile] = 0u;
+  add_partials<Out>(e, ws, slice, count, n0, cols, p.m, p.n, tid, threads);
+}
+#endif
+
 // map_a: a [m, k] in boxes [nt * 8, box_elems]; map_b: b [n, k] in boxes [block_n, box_elems], both with the
 // 128-byte swizzle (host side: common/tensor_map.h). out [m, n] (row stride p.out_stride), bias [n] or null;
-// FP8: scale_a / scale_b one float each, read on the device. p.ctas CTAs of kTmaThreads threads, p.smem_bytes
+// FP8: scale_a / scale_b one float each, read on the device. p.ctas CTAs of tma_threads(p) threads, p.smem_bytes
 // of dynamic shared memory. ws [p.contributions, m, n] and counters [p.tiles] (zero on entry, left zero) when
 // p.contributions > 1. kQgmma: the warpgroups multiply with wgmma (skinny_gemm_qgmma.cuh; e4m3fn, RB = 1, a
 // warpgroup's 4 warps are 4 consecutive warp rows: p.wn is 4 or 8), else each warp with mma.sync.
@@ -166,8 +287,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   uint64_t* const full = reinterpret_cast<uint64_t*>(ring + p.barrier_offset);
   uint64_t* const empty = full + p.stages;
   __shared__ unsigned arrived;
+  __shared__ Epilogue epilogue;
 
-  const int consumers = p.wn * p.wk;
+  constexpr int consumers = kTmaConsumerWarps;  // = p.wn * p.wk
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 0) {
     for (int s = 0; s < p.stages; ++s) {
@@ -178,9 +300,11 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   }
   __syncthreads();
 
-  const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
-  const long long u_begin = blockIdx.x * units / gridDim.x, u_end = (blockIdx.x + 1) * units / gridDim.x;
-  const int run = static_cast<int>(u_end - u_begin);
+  const CtaWork work(p);
+  const int run = work.count;
+  // With reducers: the threads of the hand-off barriers, and of the last run's reduction (nothing else is left
+  // to overlap it with, and it is on the kernel's critical path).
+  constexpr int finishers = (consumers + kTmaReducerWarps) * 32;
 
   if (warp == consumers) {
     // ---- producer
@@ -188,70 +312,91 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       const uint64_t policy = tma::evict_first_policy();
       tma::prefetch_map(&map_a);
       tma::prefetch_map(&map_b);
-      // Boxes of stage i that hold some of K (a box wholly past K is neither copied nor multiplied).
-      auto boxes = [&](int i) {
-        const int k0 = static_cast<int>((u_begin + i) % p.k_blocks) * p.boxes * p.box_elems;
-        const int b = (p.k - k0 + p.box_elems - 1) / p.box_elems;
-        return b < p.boxes ? b : p.boxes;
-      };
-      auto copy = [&](int i, bool weights, bool activations) {
-        const int tile = static_cast<int>((u_begin + i) / p.k_blocks);
-        const int kb = static_cast<int>((u_begin + i) % p.k_blocks);
-        unsigned char* stage = ring + (i % p.stages) * p.stage_bytes;
-        uint64_t* bar = full + i % p.stages;
-        const int n = boxes(i);
-        for (int w = 0; w < n; ++w) {
-          unsigned char* dst = stage + w * (p.weight_box_bytes + p.act_box_bytes);
+      // Boxes of a stage that hold some of K (a box wholly past K is neither copied nor multiplied): fewer
+      // only in the last K-block.
+      const int last_boxes = (p.k - (p.k_blocks - 1) * p.boxes * p.box_elems + p.box_elems - 1) / p.box_elems;
+      const int box_bytes = p.weight_box_bytes + p.act_box_bytes;
+      auto copy = [&](int slot, int tile, int kb, bool weights, bool activations) {
+        const int boxes = kb == p.k_blocks - 1 ? last_boxes : p.boxes;
+        unsigned char* stage = ring + slot * p.stage_bytes;
+        uint64_t* bar = full + slot;
+        if (weights) tma::arrive_expect_bytes(bar, boxes * box_bytes);
+        for (int w = 0; w < boxes; ++w) {
           const int k0 = (kb * p.boxes + w) * p.box_elems;
-          if (weights) tma::copy_2d(dst, &map_b, k0, tile * p.block_n, bar, policy);
-          if (activations) tma::copy_2d(dst + p.weight_box_bytes, &map_a, k0, 0, bar);
+          if (weights) tma::copy_2d(stage + w * box_bytes, &map_b, k0, tile * p.block_n, bar, policy);
+          if (activations) tma::copy_2d(stage + w * box_bytes + p.weight_box_bytes, &map_a, k0, 0, bar);
         }
       };
       const int first = run < p.stages ? run : p.stages;
-      for (int i = 0; i < first; ++i) {
-        tma::arrive_expect_bytes(full + i, boxes(i) * (p.weight_box_bytes + p.act_box_bytes));
-        copy(i, true, false);
-      }
+      int i = 0, tile = 0, kb = 0;
+      if (run > 0) work.unit(p, 0, tile, kb);
+      const int tile0 = tile, kb0 = kb;
+      for (; i < first; work.advance(p, i, tile, kb)) copy(i, tile, kb, true, false);
       wait_for_prior_grid();
-      for (int i = 0; i < first; ++i) copy(i, false, true);
-      for (int i = first; i < run; ++i) {
-        const int s = i % p.stages;
-        tma::wait(empty + s, ((i / p.stages) & 1) ^ 1);
-        tma::arrive_expect_bytes(full + s, boxes(i) * (p.weight_box_bytes + p.act_box_bytes));
-        copy(i, true, true);
+      for (int j = 0, t = tile0, b = kb0; j < first; work.advance(p, j, t, b)) copy(j, t, b, false, true);
+      for (int slot = 0, round = 1; i < run; work.advance(p, i, tile, kb)) {
+        tma::wait(empty + slot, (round & 1) ^ 1);
+        copy(slot, tile, kb, true, true);
+        if (++slot == p.stages) slot = 0, ++round;
       }
     }
     allow_next_grid();
     return;
   }
 
+  wait_for_prior_grid();  // consumers: before the first activations; reducers: before writing out, ws, counters
+  // The epilogue in shared memory, for the consumers' part in the reductions (not in their registers
+  // meanwhile). Written by the first reducer thread, or without reducers by consumer thread 0, and read
+  // after a barrier of the readers.
+  if (threadIdx.x == (p.reducers ? (consumers + 1) * 32 : 0)) {
+    epilogue.alpha = 1.f;
+    if constexpr (Ab::kFp8) epilogue.alpha = *scale_a * *scale_b * product_scale<Ab, true>();
+    epilogue.bias = bias;
+    epilogue.out = out;
+    epilogue.out_stride = p.out_stride;
+  }
+
+  if (warp > consumers) {
+    // ---- reducers (p.reducers)
+    const int tid = threadIdx.x - (consumers + 1) * 32;
+    tma::sync_threads(kTmaReducerWarps * 32, kBarReduce);
+    tma::arrive_threads(finishers, kBarRedEmpty);  // red is free for the consumers' first run
+    const Epilogue e = epilogue;
+    for (int i = 0; i < run;) {
+      int tile, kb;
+      work.unit(p, i, tile, kb);
+      i = work.run_end(p, i, kb);
+      if (i < run) {
+        tma::sync_threads(finishers, kBarRedFull);
+        reduce_run<Out>(p, e, red, finishers, tile, ws, counters, arrived, tid, kTmaReducerWarps * 32);
+      } else {
+        tma::sync_threads(finishers, kBarLastRun);
+        reduce_run<Out>(p, e, red, 0, tile, ws, counters, arrived, consumers * 32 + tid, finishers);
+      }
+    }
+    return;
+  }
+
   // ---- consumers
   const int wn = warp % p.wn, wk = warp / p.wn;
   const int row0 = wn * kRowBlock * RB;
-  wait_for_prior_grid();
-  Epilogue e;
-  e.alpha = 1.f;
-  if constexpr (Ab::kFp8) e.alpha = *scale_a * *scale_b * product_scale<Ab, true>();
-  e.bias = bias;
-  e.out = out;
-  e.out_stride = p.out_stride;
-
   const uint32_t ring_addr = tma::shared_address(ring);
   const int box_bytes = p.weight_box_bytes + p.act_box_bytes;
-  const int threads = consumers * 32;
   int stage = 0;
   unsigned phase = 0;
-  for (long long u = u_begin; u < u_end;) {
-    const int tile = static_cast<int>(u / p.k_blocks);
-    const int kb0 = static_cast<int>(u % p.k_blocks);
-    const int kb1 = u_end - u < p.k_blocks - kb0 ? kb0 + static_cast<int>(u_end - u) : p.k_blocks;
+  for (int i = 0; i < run;) {
+    int tile, kb0;
+    work.unit(p, i, tile, kb0);
+    const int end = work.run_end(p, i, kb0), kb1 = kb0 + end - i;
+    (void)tile;
+    i = end;
     float acc[RB][NT][4];
 #pragma unroll
     for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[rb][nt][i] = 0.f;
+        for (int j = 0; j < 4; ++j) acc[rb][nt][j] = 0.f;
 
     for (int kb = kb0; kb < kb1; ++kb) {
       tma::wait(full + stage, phase);
@@ -273,10 +418,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       if (lane == 0) tma::arrive(empty + stage);
       if (++stage == p.stages) stage = 0, phase ^= 1;
     }
-    u += kb1 - kb0;
-    if (u >= u_end) allow_next_grid();
+    if (i >= run) allow_next_grid();
 
-    // Partial sums of the warp columns: red[wk][token][row of the tile].
+    // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
+    if (p.reducers) tma::sync_threads(finishers, kBarRedEmpty);
     float* mine = red + wk * kMP * p.red_pitch;
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -284,42 +429,19 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
-          mine[(nt * 8 + 2 * t + (i & 1)) * p.red_pitch + row0 + rb * kRowBlock + g + 8 * (i >> 1)] = acc[rb][nt][i];
-    tma::sync_threads(threads);
-
-    const int n0 = tile * p.block_n;
-    const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
-    const int items = p.m * cols;
-    auto cta_sum = [&](int r, int c) {
-      float v = 0.f;
-      for (int w = 0; w < p.wk; ++w) v += red[(w * kMP + r) * p.red_pitch + c];
-      return v;
-    };
-    int index, count;
-    tile_contributions(p, tile, index, count);
-    if (count == 1) {
-      for (int i = threadIdx.x; i < items; i += threads)
-        finish<Out>(e, i / cols, n0 + i % cols, cta_sum(i / cols, i % cols));
-    } else {
-      // Same protocol as the portable kernel's workspace reduction (skinny_gemm_reduce.cuh): partials in K
-      // order, the last CTA to arrive adds them and resets the tile's counter.
-      const long long slice = static_cast<long long>(p.m) * p.n;
-      for (int i = threadIdx.x; i < items; i += threads) {
-        const int r = i / cols, c = i % cols;
-        ws[index * slice + static_cast<long long>(r) * p.n + n0 + c] = cta_sum(r, c);
-      }
-      fence_device();
-      tma::sync_threads(threads);
-      if (threadIdx.x == 0) arrived = atomic_add_device(counters + tile, 1u);
-      tma::sync_threads(threads);
-      if (arrived == static_cast<unsigned>(count - 1)) {
-        if (threadIdx.x == 0) counters[tile] = 0u;
-        fence_device();
-        add_partials<Out>(e, ws, slice, count, n0, cols, p.m, p.n, threads);
-      }
+        for (int j = 0; j < 4; ++j)
+          mine[(nt * 8 + 2 * t + (j & 1)) * p.red_pitch + row0 + rb * kRowBlock + g + 8 * (j >> 1)] = acc[rb][nt][j];
+    if (p.reducers && i < run) {
+      tma::arrive_threads(finishers, kBarRedFull);
+      continue;
     }
-    tma::sync_threads(threads);  // red and `arrived` are reused by the next tile
+    // The consumers reduce the run themselves: the last one with the reducers, or every one without them.
+    const int threads = p.reducers ? finishers : consumers * 32;
+    int run_tile, kb;  // the tile again, rather than a register held through the K loop
+    work.unit(p, i - 1, run_tile, kb);
+    tma::sync_threads(threads, kBarLastRun);
+    reduce_run<Out>(p, epilogue, red, 0, run_tile, ws, counters, arrived, threadIdx.x, threads);
+    if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
 #else
   __trap();  // the launcher takes this kernel only where the device code has sm_90 paths

@@ -2,15 +2,16 @@
 // Skinny GEMM on Hopper, part 1: the tiling of the copy-engine kernel (skinny_gemm_tma.cuh) and the plan that
 // picks it from (M, N, K), the SM count and the shared memory the device offers. No torch, no device code.
 //
-//   * A CTA = `consumers` (8) consumer warps + 1 producer warp, one CTA per SM, persistent.
+//   * A CTA = `consumers` (8) consumer warps + 1 producer warp + 3 reducer warps, one CTA per SM, persistent.
 //   * A stage of the shared-memory ring holds `boxes` consecutive K-boxes: each a box of the weights
 //     [block_n rows x 128 bytes of K] and one of the activations [MP tokens x 128 bytes of the same K], both
 //     copied by the copy engine with the 128-byte swizzle. Several boxes per stage make each weight row's
 //     run per stage longer than 128 bytes. The WN x WK consumer warps split a stage: warp (wn, wk)
 //     multiplies rows [wn * 16 * RB, + 16 * RB) of boxes wk, wk + WK, ...
-//   * The work is tiles x K-blocks units (a K-block = one stage); CTA g of G takes units
-//     [floor(g * U / G), floor((g + 1) * U / G)) (stream-K): every CTA streams the same number of bytes, and
-//     the CTAs that share a tile add their fp32 partials in K order (deterministic).
+//   * The work is tiles x K-blocks units (a K-block = one stage). Of the tiles, `sk_tiles` are shared: CTA g
+//     of G takes their units [floor(g * U / G), floor((g + 1) * U / G)) (stream-K), and the CTAs that share
+//     a tile add their fp32 partials in K order (deterministic). The others follow, `dp_rounds` whole tiles
+//     per CTA. Every CTA streams the same number of bytes (to a unit).
 //   * Ring depth: as many stages as the shared memory holds (about 10 at M <= 16 on an H100: 160-200 KB in
 //     flight per SM, against the ~25-40 KB that Little's law asks at 3-4.8 TB/s and ~1 us).
 #include "skinny_gemm/skinny_gemm_plan.cuh"
@@ -20,8 +21,11 @@ namespace skinny {
 
 constexpr int kTmaBoxBytes = 128;        // K bytes of a box row: the span of the 128-byte swizzle
 constexpr int kTmaConsumerWarps = 8;
-constexpr int kTmaThreads = (kTmaConsumerWarps + 1) * 32;
-constexpr int kTmaMaxStages = 16;        // barriers reserved in shared memory
+// 12 warps in all: 3 per SM sub-partition, whose 16K registers then allow 168 per thread (a 13th warp would
+// cut that to 128 and spill).
+constexpr int kTmaReducerWarps = 3;
+constexpr int kTmaThreads = (kTmaConsumerWarps + 1 + kTmaReducerWarps) * 32;  // consumers, producer, reducers
+constexpr int kTmaMaxStages = 16;        // ring barriers reserved in shared memory
 constexpr int kTmaMinUnitsPerCta = 4;    // a CTA streams at least this many stages (small problems)
 constexpr int kTmaAlignSlack = 1024;     // dynamic shared memory is aligned up to the swizzle atom in the kernel
 constexpr int kTmaSmemReserve = 1024;    // of the opt-in limit, kept for the kernel's static shared memory
@@ -44,16 +48,25 @@ struct TmaPlan {
   int barrier_offset;    // bytes from the aligned base to the full/empty barriers
   int smem_bytes;        // dynamic shared memory to request (alignment slack included)
   int ctas;              // persistent grid
+  int sk_tiles;          // tiles 0 .. sk_tiles - 1 are shared by stream-K (their K-blocks split among the CTAs)
+  int dp_rounds;         // then each CTA g computes tiles sk_tiles + g + j * ctas, j < dp_rounds, alone
   int contributions;     // most CTAs one tile meets (1: every tile computed by one CTA, no workspace)
   int qgmma;             // 1: warpgroups multiply with wgmma (skinny_gemm_qgmma.cuh), 0: warps with mma.sync
+  int reducers;          // 1: reducer warps take each finished run's partial sums (threads kTmaThreads); 0: the
+                         // consumers reduce each run themselves before the next (kTmaThreads - the reducers')
 };
 
 // Overrides (tuning and tests; 0 = the plan's choice).
 struct TmaOverrides {
   int wk = 0, rb = 0, boxes = 0, stages = 0;
-  int whole_tiles = -1;  // 1: one CTA per tile whenever the tiles fit in one wave; 0: never; -1: the plan's rule
+  int whole_tiles = -1;  // 1: one CTA per tile whenever the tiles fit in one wave; 0: never (every tile shared by
+                         // stream-K); -1: the plan's rule
   int qgmma = -1;        // 1: wgmma (OCP e4m3 only), 0: mma.sync, -1: the plan's choice
+  int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
 };
+
+// Threads of a CTA of plan p.
+inline int tma_threads(const TmaPlan& p) { return kTmaThreads - (p.reducers ? 0 : kTmaReducerWarps * 32); }
 
 // `smem_limit`: dynamic shared memory a block may opt in to; `ocp_e4m3`: the operands are OCP e4m3 (what
 // wgmma multiplies). Returns false (p untouched) where the kernel cannot run the problem: then the portable
@@ -124,7 +137,29 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   const bool one_per_tile = o.whole_tiles >= 0 ? o.whole_tiles == 1 : 10 * p.tiles >= 9 * sms;
   if (p.tiles <= sms && one_per_tile) ctas = p.tiles;
   p.ctas = static_cast<int>(ctas);
-  p.contributions = tiles_unshared(units, ctas, p.k_blocks) ? 1 : max_contributions(units, ctas, p.k_blocks);
+  // Whole tiles last. Where the tiles outnumber the CTAs, each CTA first streams its share of the shared
+  // tiles, then computes dp_rounds tiles alone: the shared tiles' reductions fall mid-run, and every run ends
+  // on a tile that waits for no other CTA (no round trips through L2 after the last byte). The shared part
+  // keeps at least one unit per CTA, so that every CTA between a tile's first and last contributor
+  // contributes to it. Measured on an H100 (session 10, benchmarks/results/nvidia-h100/session10-2026-11-25/
+  // tune-*.log): 4% faster than stream-K alone at 1 token (8B gate_up, in two runs); above 8 tokens the two
+  // runs disagreed by more than the difference (70B qkv, 8B gate_up), so there stream-K alone stays, but
+  // for one tile per CTA (the same either way).
+  p.dp_rounds = 0;
+  if (o.whole_tiles != 0 && p.tiles >= ctas && (p.nt == 1 || p.tiles == ctas)) {
+    p.dp_rounds = static_cast<int>(p.tiles / ctas);
+    const long long shared_units = (p.tiles - p.dp_rounds * ctas) * static_cast<long long>(p.k_blocks);
+    if (shared_units > 0 && shared_units < ctas) --p.dp_rounds;
+  }
+  p.sk_tiles = static_cast<int>(p.tiles - p.dp_rounds * ctas);
+  // Reducer warps where a CTA meets tile ends mid-run (at least as many tiles as CTAs): there they saved up
+  // to 8% at 16-32 tokens (70B qkv, 8B gate_up). With fewer tiles (405B qkv, 70B qkv and down at 1-8 tokens)
+  // a CTA has one or two runs, the reducers little to overlap, and the CTA without them was 1-5% faster.
+  p.reducers = o.reducers >= 0 ? o.reducers : p.tiles >= ctas ? 1 : 0;
+  const long long sk_units = static_cast<long long>(p.sk_tiles) * p.k_blocks;
+  p.contributions = p.sk_tiles == 0 || tiles_unshared(sk_units, ctas, p.k_blocks)
+                        ? 1
+                        : max_contributions(sk_units, ctas, p.k_blocks);
   out = p;
   return true;
 }

@@ -96,6 +96,12 @@ def main() -> int:
          "stream-k"),
         ("e4m3fnuz M=5 N=4000 K=1003 stream-K strided (element loads)", 5, 4000, 1003, FNUZ, f16, "padded", True,
          "stream-k"),
+        ("e4m3fn M=1 N=28672 K=4096 default (Hopper: whole tiles after stream-K, reducer warps)", 1, 28672, 4096, FN,
+         b16, "contiguous", True, None),
+        ("e4m3fn M=32 N=10240 K=8192 default (Hopper: wgmma, reducer warps)", 32, 10240, 8192, FN, b16, "contiguous",
+         True, None),
+        ("e4m3fnuz M=16 N=13312 K=4100 default (Hopper: mma.sync, reducer warps, K tail)", 16, 13312, 4100, FNUZ, f16,
+         "contiguous", False, None),
     ]
     ok = True
     for case in cases:

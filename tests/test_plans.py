@@ -127,6 +127,15 @@ def test_copy_engine_plans_legal(copy_engine_plans):
         assert p["grid_x"] == p["ctas"] and p["grid_y"] == 1 and p["cluster_y"] == 1, where
         assert 1 <= p["ctas"] <= sms and p["empty_ctas"] == 0, where
         assert p["covered_units"] == p["units"], where
+        # Shared tiles first, then whole tiles: every CTA takes part in the shared tiles (so that the kernel's
+        # closed form of a tile's contributors counts only CTAs that contribute), and at 8 tokens or fewer
+        # whole tiles exist wherever the tiles outnumber the CTAs by a round.
+        assert p["sk_tiles"] + p["dp_rounds"] * p["ctas"] == p["tiles"] and p["dp_rounds"] >= 0, where
+        assert p["empty_sk_ctas"] == 0 and p["formula_mismatches"] == 0, where
+        # Reducer warps (3 more) where the tiles are at least as many as the CTAs.
+        assert p["threads"] == (12 if p["tiles"] >= p["ctas"] else 9) * 32, where
+        if p["nt"] == 1:
+            assert p["dp_rounds"] >= p["tiles"] // p["ctas"] - 1, where
         assert p["most_contributions"] <= p["contributions"], where
         assert p["workspace_slices"] == (p["contributions"] if p["contributions"] > 1 else 0), where
         # a's tensor map: the real stride, or for one row any legal one.
@@ -143,6 +152,18 @@ def test_decode_shapes_fill_the_gpu(copy_engine_plans):
     for (sms, m, n, k, eb, smem), p in copy_engine_plans.items():
         if n * k * eb >= (32 << 20):
             assert p["ctas"] == sms or (p["ctas"] == p["tiles"] and 10 * p["tiles"] >= 9 * sms), (m, n, k, eb, p)
+
+
+def test_whole_tiles_last(nvidia_planner):
+    """Where the tiles outnumber the CTAs (Llama-3.1-8B gate_up, 28672 x 4096), each CTA ends its run on whole
+    tiles of its own; FP8DK_SKINNY_TMA_WHOLE_TILES=0 shares every tile by stream-K instead."""
+    for m in (1, 8):
+        p = plan_one(nvidia_planner, H100, m, 28672, 4096)
+        assert p["dp_rounds"] >= 1 and p["sk_tiles"] + p["dp_rounds"] * p["ctas"] == p["tiles"], p
+        q = plan_one(nvidia_planner, H100, m, 28672, 4096, tma_whole_tiles=0)
+        assert q["dp_rounds"] == 0 and q["sk_tiles"] == q["tiles"] and q["contributions"] > 1, q
+    for m in (16, 32):  # not measured faster above 8 tokens
+        assert plan_one(nvidia_planner, H100, m, 28672, 4096)["dp_rounds"] == 0
 
 
 # ------------------------------------------------------------------------------------------ which kernel

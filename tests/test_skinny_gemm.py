@@ -220,6 +220,27 @@ def test_torch_compile(kernel, device, dtype, m):
     assert_bitwise_equal(compiled, linear(a, b, scale_a, scale_b, bias), "compiled output")
 
 
+@pytest.mark.parametrize("name, part", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H200", "h200")])
+def test_routing_part_traces_into_one_graph(kernel_cpu, monkeypatch, name, part):
+    """routing.py tells an H100 from an H200 by the device's name, which torch.compile cannot put in a graph:
+    the lookup must run while tracing (a fullgraph compile of the wrapper failed on an H100 when it did not).
+    Checked here with the CUDA device queries mocked, on the GPU by test_torch_compile_gpu."""
+    routing = kernel_cpu.routing
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: name)
+    routing._hopper_part_of.cache_clear()
+    try:
+        def tagged(x):
+            return x + (1.0 if routing._hopper_part(0) == "h200" else 2.0)
+
+        torch._dynamo.reset()  # the part is a constant of the compiled code: the previous case's would be reused
+        got = torch.compile(tagged, fullgraph=True, backend="eager")(torch.zeros(2))
+    finally:
+        routing._hopper_part_of.cache_clear()
+        torch._dynamo.reset()
+    assert got.tolist() == ([1.0, 1.0] if part == "h200" else [2.0, 2.0])
+
+
 # ------------------------------------------------------------------------------------ the CPU route for M > 32
 
 

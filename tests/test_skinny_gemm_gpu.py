@@ -36,12 +36,16 @@ KS = (16, 48, 1000, 6656, 16384)
 DECODE = {"qkv": (2304, 16384), "gate_up": (13312, 16384), "down": (16384, 6656)}
 
 
-@pytest.fixture(params=("tma", "qgmma", "portable"), autouse=True)
+@pytest.fixture(params=("tma", "tma-reducers", "qgmma", "portable"), autouse=True)
 def gemm_path(request, monkeypatch) -> str:
+    """Every test on each path of the op: the copy-engine kernel with mma.sync (the consumers reducing each
+    tile's run themselves, or handing it to the reducer warps), with wgmma (and the reducer warps), and the
+    portable kernel."""
     if request.param == "portable":
         monkeypatch.setenv("FP8DK_SKINNY_TMA", "0")
     else:
         monkeypatch.setenv("FP8DK_SKINNY_TMA_QGMMA", "1" if request.param == "qgmma" else "0")
+        monkeypatch.setenv("FP8DK_SKINNY_TMA_REDUCERS", "0" if request.param == "tma" else "1")
     return request.param
 
 
@@ -490,14 +494,14 @@ def test_torch_compile_gpu(kernel, dtype, m):
 
 @pytest.mark.parametrize("m", (1, 8, 16, 24, 32))
 def test_routing_to_scaled_mm(kernel, monkeypatch, m):
-    """Where routing.py measured torch._scaled_mm faster (405B qkv: on an H100 from M = 29 on, on an H200 up to 12
-    and from 21 on), the wrapper returns exactly torch._scaled_mm's result; elsewhere, and with
-    FP8DK_SKINNY_ROUTE=0, our kernel's."""
-    n, k = 2304, 16384
+    """Where routing.py measured torch._scaled_mm faster (on an H100, 8B gate_up from M = 21 on; on an H200,
+    405B qkv up to 12 and from 21 on), the wrapper returns exactly torch._scaled_mm's result; elsewhere, and
+    with FP8DK_SKINNY_ROUTE=0, our kernel's."""
+    h200 = is_hopper() and "H200" in torch.cuda.get_device_name()
+    n, k = (2304, 16384) if h200 else (28672, 4096)
     a, b, sa, sb, bias, out_dtype = operands(m, n, k, torch.float8_e4m3fn, out_dtype=torch.bfloat16, bias=True)
     routed = is_hopper() and kernel.routing.prefer_scaled_mm(a, b)
-    h200 = is_hopper() and "H200" in torch.cuda.get_device_name()
-    assert routed == (is_hopper() and ((m <= 12 or m >= 21) if h200 else m >= 29))
+    assert routed == (is_hopper() and ((m <= 12 or m >= 21) if h200 else m >= 21))
     got = kernel.skinny_gemm(a, b, sa, sb, bias, out_dtype=out_dtype)
     ours = run(kernel, a, b, sa, sb, bias, out_dtype)
     if routed:

@@ -30,32 +30,42 @@ class MadeUpOccupancy final : public Occupancy {
 
 void print_copy_engine(const LaunchPlan& l) {
   const TmaPlan& p = l.copy_engine;
-  // CTA g takes units [g * U / G, (g + 1) * U / G); count, per tile, the CTAs whose range reaches into it.
+  // CTA g takes units [g * U / G, (g + 1) * U / G) of the shared tiles (U = sk_tiles * k_blocks), then whole
+  // tiles sk_tiles + g + j * G, j < dp_rounds. Count, per shared tile, the CTAs whose range reaches into it,
+  // and compare with the kernel's closed form (skinny_gemm_tma.cuh, tile_contributions).
   const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
-  int most = 0, empty_ctas = 0;
+  const long long sk_units = static_cast<long long>(p.sk_tiles) * p.k_blocks;
+  int most = 0, empty_ctas = 0, empty_sk_ctas = 0, formula_mismatches = 0;
   long long covered = 0;
-  for (int tile = 0; tile < p.tiles; ++tile) {
+  for (int tile = 0; tile < p.sk_tiles; ++tile) {
     int count = 0;
     for (long long g = 0; g < p.ctas; ++g) {
-      const long long begin = g * units / p.ctas, end = (g + 1) * units / p.ctas;
+      const long long begin = g * sk_units / p.ctas, end = (g + 1) * sk_units / p.ctas;
       if (begin < (tile + 1LL) * p.k_blocks && end > static_cast<long long>(tile) * p.k_blocks) ++count;
     }
+    const long long first = ((static_cast<long long>(tile) * p.k_blocks + 1) * p.ctas - 1) / sk_units;
+    const long long last = ((static_cast<long long>(tile) + 1) * p.k_blocks * p.ctas - 1) / sk_units;
+    formula_mismatches += last - first + 1 != count;
     most = count > most ? count : most;
   }
+  if (p.dp_rounds > 0 && most < 1) most = 1;
   for (long long g = 0; g < p.ctas; ++g) {
-    const long long begin = g * units / p.ctas, end = (g + 1) * units / p.ctas;
-    empty_ctas += end <= begin;
-    covered += end - begin;
+    const long long begin = g * sk_units / p.ctas, end = (g + 1) * sk_units / p.ctas;
+    empty_sk_ctas += p.sk_tiles > 0 && end <= begin;
+    empty_ctas += end - begin + static_cast<long long>(p.dp_rounds) * p.k_blocks <= 0;
+    covered += end - begin + static_cast<long long>(p.dp_rounds) * p.k_blocks;
   }
   std::printf(
       "\"nt\": %d, \"rb\": %d, \"wn\": %d, \"wk\": %d, \"block_n\": %d, \"tiles\": %d, \"boxes\": %d, "
       "\"k_blocks\": %d, \"box_elems\": %d, \"stages\": %d, \"stage_bytes\": %d, \"weight_box_bytes\": %d, "
       "\"act_box_bytes\": %d, \"red_pitch\": %d, \"barrier_offset\": %d, \"smem_bytes\": %d, \"ctas\": %d, "
-      "\"contributions\": %d, \"most_contributions\": %d, \"empty_ctas\": %d, \"covered_units\": %lld, "
+      "\"sk_tiles\": %d, \"dp_rounds\": %d, \"contributions\": %d, \"most_contributions\": %d, "
+      "\"empty_ctas\": %d, \"empty_sk_ctas\": %d, \"formula_mismatches\": %d, \"covered_units\": %lld, "
       "\"units\": %lld, \"a_map_stride_bytes\": %lld, \"qgmma\": %d",
       p.nt, p.rb, p.wn, p.wk, p.block_n, p.tiles, p.boxes, p.k_blocks, p.box_elems, p.stages, p.stage_bytes,
-      p.weight_box_bytes, p.act_box_bytes, p.red_pitch, p.barrier_offset, p.smem_bytes, p.ctas, p.contributions,
-      most, empty_ctas, covered, units, l.a_map_stride_bytes, p.qgmma);
+      p.weight_box_bytes, p.act_box_bytes, p.red_pitch, p.barrier_offset, p.smem_bytes, p.ctas, p.sk_tiles,
+      p.dp_rounds, p.contributions, most, empty_ctas, empty_sk_ctas, formula_mismatches, covered, units,
+      l.a_map_stride_bytes, p.qgmma);
 }
 
 void print_portable(const LaunchPlan& l) {

@@ -14,19 +14,19 @@ import os
 
 import torch
 
-# NVIDIA compute capability 9.x, measured 2026-11-25 on an H100 80GB HBM3, e4m3fn -> bf16
-# (benchmarks/results/nvidia-h100/session9-2026-11-25/sweep/sweep.md, the kernel with its wgmma consumer above 8
-# tokens): weight shape (N, K) -> the M values (1..32) at which torch._scaled_mm was faster than our kernel by 1%
-# or more (between measured M, the nearer measured point decides; halfway, the smaller).
+# NVIDIA compute capability 9.x, measured 2026-11-25 on an H100 80GB HBM3, e4m3fn -> bf16 (session 10:
+# benchmarks/results/nvidia-h100/session10-2026-11-25/, the kernel with reducer warps): weight shape (N, K) ->
+# the M values (1..32) at which torch._scaled_mm was faster than our kernel by 1% or more (between measured M,
+# the nearer measured point decides; halfway, the smaller).
 _SM90_SLOWER_M = {
-    (2304, 16384): frozenset(range(29, 33)),   # Llama-3.1-405B TP8 qkv: 1.02-1.07x up to 24, 0.99x at 32
-    (16384, 2048): frozenset(),                # 405B TP8 o: 1.02-1.20x
-    (13312, 16384): frozenset(),               # 405B TP8 gate_up: 1.01-1.12x
-    (16384, 6656): frozenset(),                # 405B TP8 down: 1.03-1.09x
-    (10240, 8192): frozenset(range(13, 33)),   # Llama-3.1-70B qkv: 1.02-1.04x up to 8, 0.92-0.96x above
-    (8192, 28672): frozenset(),                # 70B down: 0.99-1.03x
-    (6144, 4096): frozenset((*range(7, 13), *range(21, 33))),  # Llama-3.1-8B qkv: 0.97x at 8 and 24, 0.90x at 32
-    (28672, 4096): frozenset((*range(7, 13), *range(21, 33))),  # 8B gate_up: 0.99x at 8, 0.94-0.96x at 24-32
+    (2304, 16384): frozenset(),                # Llama-3.1-405B TP8 qkv: 1.00-1.10x
+    (16384, 2048): frozenset(),                # 405B TP8 o: 1.08-1.16x
+    (13312, 16384): frozenset(),               # 405B TP8 gate_up: 1.00-1.13x
+    (16384, 6656): frozenset(),                # 405B TP8 down: 1.06-1.09x
+    (10240, 8192): frozenset(range(21, 29)),   # Llama-3.1-70B qkv: 0.98x at 24, 0.99-1.04x elsewhere
+    (8192, 28672): frozenset(),                # 70B down: 1.01-1.03x
+    (6144, 4096): frozenset(range(29, 33)),    # Llama-3.1-8B qkv: 0.98x at 32, 1.01-1.08x below
+    (28672, 4096): frozenset(range(21, 33)),   # 8B gate_up: 0.98x at 24 and 32, 1.01-1.06x below
 }
 # Shapes not in the table, from the same measurements: our kernel up to 4 tokens (it won or tied on every
 # measured shape), up to 8 for weights of at least 32 MiB (every measured shape that size won or tied at M = 8),
@@ -51,9 +51,14 @@ _H200_SLOWER_M = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@torch.compiler.assume_constant_result  # torch.compile calls it while tracing, not in the graph
 def _hopper_part(index: int) -> str:
     """"h200", "h100" (every other compute capability 9.x part is taken as one), or "" off Hopper."""
+    return _hopper_part_of(index)
+
+
+@functools.lru_cache(maxsize=None)
+def _hopper_part_of(index: int) -> str:
     if torch.cuda.get_device_capability(index)[0] != 9:
         return ""
     return "h200" if "H200" in torch.cuda.get_device_name(index) else "h100"
