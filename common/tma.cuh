@@ -82,11 +82,6 @@ FP8DK_DEVICE void copy_2d(void* dst, const void* map, int c0, int c1, uint64_t* 
 FP8DK_DEVICE void sync_threads(int threads, int id = 1) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
-// Counts the calling warps into named barrier `id` of `threads` threads without waiting (the producer side of
-// a hand-off whose consumers wait in sync_threads: their warps sleep meanwhile instead of polling).
-FP8DK_DEVICE void arrive_threads(int threads, int id) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 #endif
 
 }  // namespace tma

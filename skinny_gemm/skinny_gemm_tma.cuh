@@ -10,8 +10,9 @@
 //                         (no kernel writes weights); activations only after it.
 //   consumers (8 warps)   wait for `full`, multiply their rows of the stage, arrive on `empty`. No block-wide
 //                         barrier in the main loop: at the end of a tile's run they leave their partial sums in
-//                         shared memory (`red`, once the reducers have emptied it), hand them to the reducers
-//                         (named barriers kBarRedEmpty, kBarRedFull) and go on with the next tile's run at once.
+//                         shared memory (`red`, once the reducers are done with the previous run: named
+//                         barrier kBarRedFree), hand them over (kBarRedFull, where the reducers wait) and go on
+//                         with the next tile's run at once.
 //   reducers (3 warps)    for each tile's run: add the warp columns' partial sums, give `red` back, then finish
 //                         the tile or, if it is shared, meet the other CTAs' partials in the workspace
 //                         (skinny_gemm_reduce.cuh's protocol), overlapped with the consumers' next run. The
@@ -206,15 +207,18 @@ FP8DK_DEVICE void add_partials(const Epilogue& e, const float* ws, long long sli
 // Named barriers of the copy-engine kernel (0 is __syncthreads).
 constexpr int kBarReduce = 1;    // among the threads of one reduce_run
 constexpr int kBarLastRun = 2;   // consumers (and reducers) before they reduce a run together
-constexpr int kBarRedFull = 3;   // consumers -> reducers: red holds a run's partial sums
-constexpr int kBarRedEmpty = 4;  // reducers -> consumers: red has been read
+constexpr int kBarRedFree = 3;   // consumers and reducers: the reducers are done with red (and the run before)
+constexpr int kBarRedFull = 4;   // consumers and reducers: red holds a run's partial sums
+// (Both hand-off barriers are full rendezvous, bar.sync on both sides: the reducers wait at them while idle,
+// so the consumers pass at once. A non-blocking bar.arrive for the consumers would be as correct by the PTX
+// memory model, which has bar.arrive synchronize with bar.sync, but compute-sanitizer's racecheck reports
+// the accesses it orders as races.)
 
 // The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
-// partial sums. Adds them in column order, gives `red` back to the consumers (arrives on kBarRedEmpty of
-// `handoff` threads, if nonzero), and finishes the tile (alone) or meets the tile's other contributions in
-// the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
+// partial sums. Adds them in column order and finishes the tile (alone) or meets the tile's other
+// contributions in the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
 template <class Out>
-FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, const float* red, int handoff, int tile,
+FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, const float* red, int tile,
                              float* ws, unsigned* counters, unsigned& arrived, int tid, int threads) {
   const int mp = p.nt * 8;
   const int n0 = tile * p.block_n;
@@ -251,7 +255,6 @@ FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, const float* r
       }
     }
   }
-  if (handoff) tma::arrive_threads(handoff, kBarRedEmpty);
   if (count == 1) return;
   // The portable kernel's workspace protocol (skinny_gemm_reduce.cuh): partials in K order, the last CTA to
   // arrive adds them (reading L2, never L1) and resets the tile's counter.
@@ -360,18 +363,18 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     // ---- reducers (p.reducers)
     const int tid = threadIdx.x - (consumers + 1) * 32;
     tma::sync_threads(kTmaReducerWarps * 32, kBarReduce);
-    tma::arrive_threads(finishers, kBarRedEmpty);  // red is free for the consumers' first run
     const Epilogue e = epilogue;
     for (int i = 0; i < run;) {
       int tile, kb;
       work.unit(p, i, tile, kb);
       i = work.run_end(p, i, kb);
+      tma::sync_threads(finishers, kBarRedFree);
       if (i < run) {
         tma::sync_threads(finishers, kBarRedFull);
-        reduce_run<Out>(p, e, red, finishers, tile, ws, counters, arrived, tid, kTmaReducerWarps * 32);
+        reduce_run<Out>(p, e, red, tile, ws, counters, arrived, tid, kTmaReducerWarps * 32);
       } else {
         tma::sync_threads(finishers, kBarLastRun);
-        reduce_run<Out>(p, e, red, 0, tile, ws, counters, arrived, consumers * 32 + tid, finishers);
+        reduce_run<Out>(p, e, red, tile, ws, counters, arrived, consumers * 32 + tid, finishers);
       }
     }
     return;
@@ -421,7 +424,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     if (i >= run) allow_next_grid();
 
     // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
-    if (p.reducers) tma::sync_threads(finishers, kBarRedEmpty);
+    if (p.reducers) tma::sync_threads(finishers, kBarRedFree);
     float* mine = red + wk * kMP * p.red_pitch;
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -432,7 +435,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
         for (int j = 0; j < 4; ++j)
           mine[(nt * 8 + 2 * t + (j & 1)) * p.red_pitch + row0 + rb * kRowBlock + g + 8 * (j >> 1)] = acc[rb][nt][j];
     if (p.reducers && i < run) {
-      tma::arrive_threads(finishers, kBarRedFull);
+      tma::sync_threads(finishers, kBarRedFull);
       continue;
     }
     // The consumers reduce the run themselves: the last one with the reducers, or every one without them.
@@ -440,7 +443,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     int run_tile, kb;  // the tile again, rather than a register held through the K loop
     work.unit(p, i - 1, run_tile, kb);
     tma::sync_threads(threads, kBarLastRun);
-    reduce_run<Out>(p, epilogue, red, 0, run_tile, ws, counters, arrived, threadIdx.x, threads);
+    reduce_run<Out>(p, epilogue, red, run_tile, ws, counters, arrived, threadIdx.x, threads);
     if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
 #else
