@@ -152,10 +152,13 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     if (shared_units > 0 && shared_units < ctas) --p.dp_rounds;
   }
   p.sk_tiles = static_cast<int>(p.tiles - p.dp_rounds * ctas);
-  // Reducer warps where a CTA meets tile ends mid-run (at least as many tiles as CTAs): there they saved up
-  // to 8% at 16-32 tokens (70B qkv, 8B gate_up). With fewer tiles (405B qkv, 70B qkv and down at 1-8 tokens)
-  // a CTA has one or two runs, the reducers little to overlap, and the CTA without them was 1-5% faster.
-  p.reducers = o.reducers >= 0 ? o.reducers : p.tiles >= ctas ? 1 : 0;
+  // Reducer warps where a CTA meets tile ends mid-run (at least as many tiles as CTAs), with mma.sync: there
+  // they saved 2-5% (8B gate_up at 1-8 tokens, whole tiles last). With fewer tiles (405B qkv, 70B qkv and
+  // down at 1-8 tokens) a CTA has one or two runs, the reducers little to overlap, and the CTA without them
+  // was 1-5% faster. With wgmma they measured neutral (0.98-1.03x over seven shapes and M = 16, 32, in one
+  // run), and compute-sanitizer's racecheck reports hazards on red in that kernel which the barriers should
+  // exclude (docs/experiments/README.md, item 16): off there unless asked for.
+  p.reducers = o.reducers >= 0 ? o.reducers : p.tiles >= ctas && !p.qgmma ? 1 : 0;
   const long long sk_units = static_cast<long long>(p.sk_tiles) * p.k_blocks;
   p.contributions = p.sk_tiles == 0 || tiles_unshared(sk_units, ctas, p.k_blocks)
                         ? 1
