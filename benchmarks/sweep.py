@@ -765,6 +765,12 @@ def run_suites(args, k, plan: Plan, timer, rotation: int, copy_gbps: float) -> l
         import kernels
 
         k_old = kernels.get_local_kernel(args.baseline_build, backend="cpu" if args.device == "cpu" else None)
+        # Python imports a module name once: a baseline whose build carries our module name (the same git
+        # revision, e.g. an export of this checkout without its own .git) would silently be our build again.
+        if k_old.__name__ == k.__name__ or k_old is k:
+            raise SystemExit(f"--baseline-build {args.baseline_build}: its build has this build's module name "
+                             f"({k.__name__}), so Python would load this build twice; give the baseline its own "
+                             "git revision (e.g. git init and commit it) and rebuild it")
         for suite in args.suite:
             add_build_baseline(cases[suite], list(SUITE_CASES[suite](k_old, plan, args.device, args.dtype, False)))
     total = sum(len(c) for c in cases.values())

@@ -388,10 +388,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   int stage = 0;
   unsigned phase = 0;
   for (int i = 0; i < run;) {
-    int tile, kb0;
+    int tile, kb0;  // (the tile itself is looked up again for the reduction: no register held through the run)
     work.unit(p, i, tile, kb0);
     const int end = work.run_end(p, i, kb0), kb1 = kb0 + end - i;
-    (void)tile;
     i = end;
     float acc[RB][NT][4];
 #pragma unroll

@@ -2,7 +2,8 @@
 // Skinny GEMM on Hopper, part 1: the tiling of the copy-engine kernel (skinny_gemm_tma.cuh) and the plan that
 // picks it from (M, N, K), the SM count and the shared memory the device offers. No torch, no device code.
 //
-//   * A CTA = `consumers` (8) consumer warps + 1 producer warp + 3 reducer warps, one CTA per SM, persistent.
+//   * A CTA = `consumers` (8) consumer warps + 1 producer warp (+ 3 reducer warps where p.reducers), one CTA per
+//     SM, persistent.
 //   * A stage of the shared-memory ring holds `boxes` consecutive K-boxes: each a box of the weights
 //     [block_n rows x 128 bytes of K] and one of the activations [MP tokens x 128 bytes of the same K], both
 //     copied by the copy engine with the 128-byte swizzle. Several boxes per stage make each weight row's
