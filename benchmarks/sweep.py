@@ -767,7 +767,7 @@ def run_suites(args, k, plan: Plan, timer, rotation: int, copy_gbps: float) -> l
         k_old = kernels.get_local_kernel(args.baseline_build, backend="cpu" if args.device == "cpu" else None)
         # Python imports a module name once: a baseline whose build carries our module name (the same git
         # revision, e.g. an export of this checkout without its own .git) would silently be our build again.
-        if k_old.__name__ == k.__name__ or k_old is k:
+        if k_old.__name__ == k.__name__:
             raise SystemExit(f"--baseline-build {args.baseline_build}: its build has this build's module name "
                              f"({k.__name__}), so Python would load this build twice; give the baseline its own "
                              "git revision (e.g. git init and commit it) and rebuild it")

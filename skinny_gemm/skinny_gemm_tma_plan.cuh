@@ -143,7 +143,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // on a tile that waits for no other CTA (no round trips through L2 after the last byte). The shared part
   // keeps at least one unit per CTA, so that every CTA between a tile's first and last contributor
   // contributes to it. Measured on an H100 (session 10, benchmarks/results/nvidia-h100/session10-2026-11-25/
-  // tune-*.log): 4% faster than stream-K alone at 1 token (8B gate_up, in two runs); above 8 tokens the two
+  // tune/tune-4-*, tune-5-*): 4% faster than stream-K alone at 1 token (8B gate_up, in two runs); above 8 tokens the two
   // runs disagreed by more than the difference (70B qkv, 8B gate_up), so there stream-K alone stays, but
   // for one tile per CTA (the same either way).
   p.dp_rounds = 0;
