@@ -7,10 +7,12 @@ beyond L2, medians), in one process.
     python benchmarks/tune_skinny_gemm.py --m 8 --layers qkv --pairs 16:4 32:2   # both overrides at once
     python benchmarks/tune_skinny_gemm.py --env FP8DK_SKINNY_STREAM_K=0          # any launcher variable
     python benchmarks/tune_skinny_gemm.py --out tune.json          # also write the rows as JSON
+    python benchmarks/tune_skinny_gemm.py --context quant          # each GEMM after the quantization of its input
 
 Prints one row per (layer, M, configuration): microseconds, % of the copy bandwidth measured in the same run,
-and the speedup over torch._scaled_mm. A configuration the launcher rejects (e.g. a block too narrow for M)
-is reported and skipped.
+and the speedup over torch._scaled_mm. With --context quant the microseconds are those of the pair
+(quantization, GEMM) less those of the quantization alone, for ours and for torch._scaled_mm alike. A
+configuration the launcher rejects (e.g. a block too narrow for M) is reported and skipped.
 """
 
 import argparse
@@ -43,6 +45,11 @@ def parse_args(argv=None):
     p.add_argument("--env", nargs="*", default=[], metavar="KEY=VALUE",
                    help="one configuration per argument, e.g. FP8DK_SKINNY_STREAM_K=0 or, several variables "
                         "at once, FP8DK_SKINNY_TMA_WK=2,FP8DK_SKINNY_TMA_BOXES=4")
+    p.add_argument("--context", choices=("none", "quant"), default="none",
+                   help="quant: every call quantizes its 16-bit activations (quantize_fp8) and multiplies the result, "
+                        "as a decode step does: the GEMM starts after a small kernel, not after another GEMM, and "
+                        "its end is not overlapped by the next GEMM's start (programmatic dependent launch). "
+                        "Reports the pair, and the GEMM as the pair less the quantization alone")
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
     return p.parse_args(argv)
 
@@ -58,7 +65,7 @@ def main(argv=None) -> int:
     timer = CudaGraphTimer(quick=True)
     copy_gbps = copy_bandwidth(dev, quick=True)["gbps"]
     info = describe_device(dev)
-    print(f"# {info.get('name')}, copy bandwidth {copy_gbps:.0f} GB/s", flush=True)
+    print(f"# {info.get('name')}, copy bandwidth {copy_gbps:.0f} GB/s, context {args.context}", flush=True)
     configs = [("default", {}), ("no PDL", {"FP8DK_PDL": "0"})]
     configs += [(f"block_n={b}", {"FP8DK_SKINNY_BLOCK_N": str(b)}) for b in args.block_n]
     configs += [(f"split_k={c}", {"FP8DK_SKINNY_SPLIT_K": str(c)}) for c in args.split_k]
@@ -75,22 +82,35 @@ def main(argv=None) -> int:
         weights = [torch.randn(n, kdim, device=dev).to(fp8) for _ in range(sets)]
         scale_b = torch.tensor([1.0 / kdim], device=dev)
         for m in args.m:
-            a = torch.randn(m, kdim, device=dev).to(fp8)
+            x = torch.randn(m, kdim, device=dev, dtype=torch.bfloat16)
+            a = x.to(fp8)
+            scale_x = torch.tensor([1.0], device=dev)
             nbytes = n * kdim + m * kdim + 2 * m * n
             est_us = nbytes / (copy_gbps * 1e3) + 3
-            peer = timer.time([lambda w=w: torch._scaled_mm(a, w.t(), scale_a, scale_b, out_dtype=torch.bfloat16)
-                               for w in weights], est_us)["median_us"]
+            if args.context == "quant":
+                # The activations as the GEMM reads them in a decode step: written by the kernel just before.
+                def operand():
+                    return k.quantize_fp8(x, scale_x, fp8)
+                quant_us = timer.time([operand], 3)["median_us"]
+            else:
+                def operand():
+                    return a
+                quant_us = 0.0
+            peer = timer.time([lambda w=w: torch._scaled_mm(operand(), w.t(), scale_a, scale_b,
+                                                            out_dtype=torch.bfloat16)
+                               for w in weights], est_us)["median_us"] - quant_us
             for name, env in configs:
                 try:
                     with k.tuning_overrides(env):
-                        us = timer.time([lambda w=w: k.skinny_gemm(a, w, scale_a, scale_b, out_dtype=torch.bfloat16)
-                                         for w in weights], est_us)["median_us"]
+                        us = timer.time([lambda w=w: k.skinny_gemm(operand(), w, scale_a, scale_b,
+                                                                   out_dtype=torch.bfloat16)
+                                         for w in weights], est_us)["median_us"] - quant_us
                 except RuntimeError as e:
                     print(f"{layer:8s} M={m:<3d} {name:24s} rejected: {str(e).splitlines()[0]}", flush=True)
                     continue
                 pct = 100 * nbytes / (us * 1e3) / copy_gbps
-                rows.append({"layer": layer, "m": m, "config": name, "us": us, "scaled_mm_us": peer,
-                             "pct_copy_bw": pct, "speedup": peer / us})
+                rows.append({"layer": layer, "m": m, "config": name, "context": args.context, "us": us,
+                             "scaled_mm_us": peer, "quant_us": quant_us, "pct_copy_bw": pct, "speedup": peer / us})
                 print(f"{layer:8s} M={m:<3d} {name:24s} {us:8.2f} us {pct:5.1f}% BW  _scaled_mm {peer:8.2f} us "
                       f"{peer / us:5.2f}x", flush=True)
         del weights

@@ -54,7 +54,7 @@ inline int row_alignment(const void* p, long long row_stride_bytes, long long ro
 // The FP8DK_SKINNY_* tuning overrides (README "Tuning overrides").
 struct Overrides {
   bool copy_engine = true;  // FP8DK_SKINNY_TMA
-  TmaOverrides tma;         // FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES, _WHOLE_TILES, _QGMMA, _REDUCERS
+  TmaOverrides tma;         // FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES, _WHOLE_TILES, _QGMMA, _REDUCERS, _CTAS
   int block_n = 0;          // FP8DK_SKINNY_BLOCK_N (0: the heuristic's)
   int split_k = 0;          // FP8DK_SKINNY_SPLIT_K (0: the heuristic's)
   int stream_k = -1;        // FP8DK_SKINNY_STREAM_K: 1 or 0 (-1: the heuristic's)
@@ -76,6 +76,7 @@ inline Overrides read_overrides() {
   o.tma.whole_tiles = tristate("FP8DK_SKINNY_TMA_WHOLE_TILES");
   o.tma.qgmma = tristate("FP8DK_SKINNY_TMA_QGMMA");
   o.tma.reducers = tristate("FP8DK_SKINNY_TMA_REDUCERS");
+  o.tma.ctas = positive("FP8DK_SKINNY_TMA_CTAS");
   o.block_n = positive("FP8DK_SKINNY_BLOCK_N");
   o.split_k = positive("FP8DK_SKINNY_SPLIT_K");
   o.stream_k = tristate("FP8DK_SKINNY_STREAM_K");

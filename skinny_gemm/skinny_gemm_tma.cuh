@@ -269,6 +269,20 @@ FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, const float* r
 }
 #endif
 
+#if defined(FP8DK_DIAG_TIMELINE) && defined(FP8DK_SM90)
+// Diagnostic builds only (NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TIMELINE, benchmarks/skinny_gemm_timeline.py): each CTA
+// prints the global timer (ns) at entry, at its first copy, at its first full stage, after its last stage and
+// at its end, so a launch's head, stream and tail can be told apart.
+FP8DK_DEVICE unsigned long long diag_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define FP8DK_DIAG_MARK(slot) (diag_t[slot] = diag_now())
+#else
+#define FP8DK_DIAG_MARK(slot) ((void)0)
+#endif
+
 // map_a: a [m, k] in boxes [nt * 8, box_elems]; map_b: b [n, k] in boxes [block_n, box_elems], both with the
 // 128-byte swizzle (host side: common/tensor_map.h). out [m, n] (row stride p.out_stride), bias [n] or null;
 // FP8: scale_a / scale_b one float each, read on the device. p.ctas CTAs of tma_threads(p) threads, p.smem_bytes
@@ -291,6 +305,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   uint64_t* const empty = full + p.stages;
   __shared__ unsigned arrived;
   __shared__ Epilogue epilogue;
+#if defined(FP8DK_DIAG_TIMELINE)
+  __shared__ unsigned long long diag_t[5];
+  if (threadIdx.x == 0) diag_t[1] = diag_t[2] = diag_t[3] = 0, FP8DK_DIAG_MARK(0);
+#endif
 
   constexpr int consumers = kTmaConsumerWarps;  // = p.wn * p.wk
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -334,6 +352,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       int i = 0, tile = 0, kb = 0;
       if (run > 0) work.unit(p, 0, tile, kb);
       const int tile0 = tile, kb0 = kb;
+      FP8DK_DIAG_MARK(1);
       for (; i < first; work.advance(p, i, tile, kb)) copy(i, tile, kb, true, false);
       wait_for_prior_grid();
       for (int j = 0, t = tile0, b = kb0; j < first; work.advance(p, j, t, b)) copy(j, t, b, false, true);
@@ -402,6 +421,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 
     for (int kb = kb0; kb < kb1; ++kb) {
       tma::wait(full + stage, phase);
+#if defined(FP8DK_DIAG_TIMELINE)
+      if (threadIdx.x == 0 && diag_t[2] == 0) FP8DK_DIAG_MARK(2);
+#endif
       for (int box = wk; box < p.boxes && (kb * p.boxes + box) * p.box_elems < p.k; box += p.wk) {
         const uint32_t wbox = ring_addr + stage * p.stage_bytes + box * box_bytes;
         if constexpr (kQgmma) {
@@ -421,6 +443,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       if (++stage == p.stages) stage = 0, phase ^= 1;
     }
     if (i >= run) allow_next_grid();
+#if defined(FP8DK_DIAG_TIMELINE)
+    if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(3);
+#endif
 
     // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
     if (p.reducers) tma::sync_threads(finishers, kBarRedFree);
@@ -445,6 +470,14 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     reduce_run<Out>(p, epilogue, red, run_tile, ws, counters, arrived, threadIdx.x, threads);
     if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
+#if defined(FP8DK_DIAG_TIMELINE)
+  if (threadIdx.x == 0) {
+    FP8DK_DIAG_MARK(4);
+    printf("FP8DK_TL %d %d %d %d %d %u %llu %llu %llu %llu %llu\n", p.n, p.k, p.m, gridDim.x, blockIdx.x,
+           static_cast<unsigned>(reinterpret_cast<uintptr_t>(out)), diag_t[0], diag_t[1], diag_t[2], diag_t[3],
+           diag_t[4]);
+  }
+#endif
 #else
   __trap();  // the launcher takes this kernel only where the device code has sm_90 paths
 #endif

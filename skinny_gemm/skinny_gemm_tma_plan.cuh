@@ -60,10 +60,11 @@ struct TmaPlan {
 // Overrides (tuning and tests; 0 = the plan's choice).
 struct TmaOverrides {
   int wk = 0, rb = 0, boxes = 0, stages = 0;
-  int whole_tiles = -1;  // 1: one CTA per tile whenever the tiles fit in one wave; 0: never (every tile shared by
-                         // stream-K); -1: the plan's rule
+  int whole_tiles = -1;  // 1: one CTA per tile whenever the tiles fit in one wave, and whole tiles last at any
+                         // token count; 0: never (every tile shared by stream-K); -1: the plan's rule
   int qgmma = -1;        // 1: wgmma (OCP e4m3 only), 0: mma.sync, -1: the plan's choice
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
+  int ctas = 0;          // at most this many CTAs (0: the plan's)
 };
 
 // Threads of a CTA of plan p.
@@ -132,26 +133,44 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
   long long ctas = units / kTmaMinUnitsPerCta;
   if (ctas > sms) ctas = sms;
+  if (o.ctas && ctas > o.ctas) ctas = o.ctas;
   if (ctas < 1) ctas = 1;
   // Nearly one tile per SM: one CTA per tile, no shared tiles. A few idle SMs cost less than the partial
   // sums' round trip through L2 and the consumers' stall while they reduce.
   const bool one_per_tile = o.whole_tiles >= 0 ? o.whole_tiles == 1 : 10 * p.tiles >= 9 * sms;
   if (p.tiles <= sms && one_per_tile) ctas = p.tiles;
-  p.ctas = static_cast<int>(ctas);
   // Whole tiles last. Where the tiles outnumber the CTAs, each CTA first streams its share of the shared
   // tiles, then computes dp_rounds tiles alone: the shared tiles' reductions fall mid-run, and every run ends
   // on a tile that waits for no other CTA (no round trips through L2 after the last byte). The shared part
   // keeps at least one unit per CTA, so that every CTA between a tile's first and last contributor
-  // contributes to it. Measured on an H100 (session 10, benchmarks/results/nvidia-h100/session10-2026-11-25/
-  // tune/tune-4-*, tune-5-*): 4% faster than stream-K alone at 1 token (8B gate_up, in two runs); above 8 tokens the two
-  // runs disagreed by more than the difference (70B qkv, 8B gate_up), so there stream-K alone stays, but
-  // for one tile per CTA (the same either way).
+  // contributes to it. At 8 tokens or fewer always (session 10, benchmarks/results/nvidia-h100/
+  // session10-2026-11-25/tune/tune-4-*, tune-5-*: 8B gate_up 4% faster at 1 token, in two runs). Above 8
+  // tokens only where the shared part still gives each CTA a run of kTmaMinUnitsPerCta units: 405B gate_up
+  // (9 units each) was 2-5% faster at 16 and 32 tokens in four runs, two of them with the GEMM after a small
+  // kernel (session 11, benchmarks/results/nvidia-h100/session11-2026-11-26/tune/); where the shared part is
+  // 1-2 units a CTA (70B qkv, 8B gate_up) it was level or up to 2% slower.
   p.dp_rounds = 0;
-  if (o.whole_tiles != 0 && p.tiles >= ctas && (p.nt == 1 || p.tiles == ctas)) {
-    p.dp_rounds = static_cast<int>(p.tiles / ctas);
-    const long long shared_units = (p.tiles - p.dp_rounds * ctas) * static_cast<long long>(p.k_blocks);
-    if (shared_units > 0 && shared_units < ctas) --p.dp_rounds;
+  if (o.whole_tiles != 0 && p.tiles >= ctas) {
+    int rounds = static_cast<int>(p.tiles / ctas);
+    long long shared_units = (p.tiles - rounds * ctas) * static_cast<long long>(p.k_blocks);
+    if (shared_units > 0 && shared_units < ctas) --rounds, shared_units += ctas * p.k_blocks;
+    const bool long_shared_runs = shared_units >= kTmaMinUnitsPerCta * ctas;
+    if (p.nt == 1 || p.tiles == ctas || o.whole_tiles == 1 || long_shared_runs) p.dp_rounds = rounds;
   }
+  // Balanced stream-K above 8 tokens: where the units do not divide evenly among the CTAs, the most CTAs (at
+  // least 15/16 of them) that divide them exactly. A CTA's share is then exact rather than one unit more or
+  // less than its neighbours', and the idle SMs' bandwidth goes to the others (one SM alone reads at 1.5-2x
+  // its share). Session 11: 70B qkv and 8B gate_up at 16-32 tokens (1280 and 1792 units on 128 of 132 SMs)
+  // 1-8% faster in both contexts of the tuning runs; at 8 tokens or fewer level or mixed, so not there.
+  if (p.nt >= 2 && p.dp_rounds == 0 && !o.ctas) {
+    for (long long c = ctas; 16 * c >= 15 * ctas; --c) {
+      if (units % c == 0) {
+        ctas = c;
+        break;
+      }
+    }
+  }
+  p.ctas = static_cast<int>(ctas);
   p.sk_tiles = static_cast<int>(p.tiles - p.dp_rounds * ctas);
   // Reducer warps where a CTA meets tile ends mid-run (at least as many tiles as CTAs), with mma.sync: there
   // they saved 2-5% (8B gate_up at 1-8 tokens, whole tiles last). With fewer tiles (405B qkv, 70B qkv and

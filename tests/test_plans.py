@@ -148,10 +148,28 @@ def test_copy_engine_plans_legal(copy_engine_plans):
 
 
 def test_decode_shapes_fill_the_gpu(copy_engine_plans):
-    """Large decode shapes use every SM, or one CTA per tile where that leaves at most 10% of them idle."""
+    """Large decode shapes use every SM, or one CTA per tile where that leaves at most 10% of them idle, or
+    above 8 tokens at least 15/16 of them where that divides the stream-K units exactly."""
     for (sms, m, n, k, eb, smem), p in copy_engine_plans.items():
         if n * k * eb >= (32 << 20):
-            assert p["ctas"] == sms or (p["ctas"] == p["tiles"] and 10 * p["tiles"] >= 9 * sms), (m, n, k, eb, p)
+            balanced = (m > 8 and p["dp_rounds"] == 0 and p["units"] % p["ctas"] == 0
+                        and 16 * p["ctas"] >= 15 * sms)
+            assert p["ctas"] == sms or (p["ctas"] == p["tiles"] and 10 * p["tiles"] >= 9 * sms) or balanced, \
+                (m, n, k, eb, p)
+
+
+def test_balanced_stream_k_and_whole_tiles_above_8_tokens(nvidia_planner):
+    """Above 8 tokens: 70B qkv (1280 units) on 128 CTAs of 10 units rather than 132 of 9-10; 405B gate_up, whose
+    shared part leaves each CTA 9 units, ends on whole tiles; 405B qkv (576 units, no divisor in 124..132)
+    keeps every SM."""
+    for m in (16, 32):
+        p = plan_one(nvidia_planner, H100, m, 10240, 8192)
+        assert (p["ctas"], p["dp_rounds"], p["units"] % p["ctas"]) == (128, 0, 0), p
+        q = plan_one(nvidia_planner, H100, m, 13312, 16384)
+        assert q["dp_rounds"] == 1 and q["ctas"] == 132, q
+        assert plan_one(nvidia_planner, H100, m, 2304, 16384)["ctas"] == 132
+        assert plan_one(nvidia_planner, H100, m, 10240, 8192, tma_whole_tiles=0)["ctas"] == 128
+    assert plan_one(nvidia_planner, H100, 8, 10240, 8192)["ctas"] == 132  # 8 tokens or fewer: every SM
 
 
 def test_whole_tiles_last(nvidia_planner):
