@@ -172,13 +172,12 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   }
   p.ctas = static_cast<int>(ctas);
   p.sk_tiles = static_cast<int>(p.tiles - p.dp_rounds * ctas);
-  // Reducer warps where a CTA meets tile ends mid-run (at least as many tiles as CTAs), with mma.sync: there
-  // they saved 2-5% (8B gate_up at 1-8 tokens, whole tiles last). With fewer tiles (405B qkv, 70B qkv and
-  // down at 1-8 tokens) a CTA has one or two runs, the reducers little to overlap, and the CTA without them
-  // was 1-5% faster. With wgmma they measured neutral (0.98-1.03x over seven shapes and M = 16, 32, in one
-  // run), and compute-sanitizer's racecheck reports hazards on red in that kernel which the barriers should
-  // exclude (docs/experiments/README.md, item 16): off there unless asked for.
-  p.reducers = o.reducers >= 0 ? o.reducers : p.tiles >= ctas && !p.qgmma ? 1 : 0;
+  // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). They saved 2-5% with mma.sync where a CTA
+  // meets tile ends mid-run (8B gate_up at 1-8 tokens, session 10), but in session 11 a GPU test found a
+  // rerun differing from the first in one output byte with them (mma.sync forced, 32 tokens, 405B qkv on
+  // 128 CTAs), and compute-sanitizer's racecheck has reported hazards on red in the wgmma + reducers kernel
+  // since session 10 (docs/experiments/README.md, items 16 and 17): off until that race is found.
+  p.reducers = o.reducers >= 0 ? o.reducers : 0;
   const long long sk_units = static_cast<long long>(p.sk_tiles) * p.k_blocks;
   p.contributions = p.sk_tiles == 0 || tiles_unshared(sk_units, ctas, p.k_blocks)
                         ? 1
