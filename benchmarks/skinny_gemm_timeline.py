@@ -9,8 +9,8 @@ Needs a diagnostic build (not for timing anything else: every CTA prints at its 
 Each case is run in three sequences, after a warm-up: the quantization of the activations then the GEMM (as in a
 decode step), and two GEMMs back to back with and without programmatic dependent launch (PDL). The kernel prints
 one line per CTA (`FP8DK_TL n k m grid cta out t_entry t_first_copy t_first_stage t_last_stage t_end`, global
-timer in ns; the `out` column tells launches apart only loosely); --parse groups them into launches and
-reports, relative to the launch's first CTA entry:
+timer in ns); --parse groups them into launches by their entry times and reports, relative to the launch's
+first CTA entry:
 the spread of the entries, the first copy and the first full stage (prologue and first-byte latency), the
 stream's end (first, median, last CTA), the end (last CTA), and between back-to-back launches the gap from
 the first launch's end to the second's first entry.
@@ -24,9 +24,8 @@ import statistics
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-LAYERS = {"qkv": (2304, 16384), "o": (16384, 2048), "gate_up": (13312, 16384), "down": (16384, 6656),
-          "70b_qkv": (10240, 8192), "70b_down": (8192, 28672), "8b_qkv": (6144, 4096), "8b_gate_up": (28672, 4096)}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tune_skinny_gemm import LAYERS, REPO  # noqa: E402
 LINE = re.compile(r"FP8DK_TL (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)")
 CASE = re.compile(r"^CASE (.*)$")
 

@@ -146,7 +146,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // contributes to it. At 8 tokens or fewer always (session 10, benchmarks/results/nvidia-h100/
   // session10-2026-11-25/tune/tune-4-*, tune-5-*: 8B gate_up 4% faster at 1 token, in two runs). Above 8
   // tokens only where the shared part still gives each CTA a run of kTmaMinUnitsPerCta units: 405B gate_up
-  // (9 units each) was 2-5% faster at 16 and 32 tokens in four runs, two of them with the GEMM after a small
+  // (9 units each) was 2-5% faster at 16 and 32 tokens in two runs, each timing it alone and after a small
   // kernel (session 11, benchmarks/results/nvidia-h100/session11-2026-11-26/tune/); where the shared part is
   // 1-2 units a CTA (70B qkv, 8B gate_up) it was level or up to 2% slower.
   p.dp_rounds = 0;
