@@ -2,7 +2,7 @@
 // Skinny GEMM, part 5: the deterministic reduction and the epilogue, shared by both vendors.
 //
 // Inside a CTA the WK warp columns left their partial sums in shared memory; they are added in column order.
-// When one CTA computed the whole K of the tile that is the tile: out = acc * alpha + bias, rounded once.
+// When one CTA computed the whole K of the tile that is the tile: out = acc * alpha + bias (finish()).
 // Otherwise the `count` contributions of the tile (split-K slices, or stream-K segments of consecutive CTAs)
 // are added in index order 0, 1, ... (K order), so the result never depends on which CTA finished first and
 // is bitwise reproducible. Two ways to meet:
@@ -69,11 +69,15 @@ struct Epilogue {
   long long out_stride;   // elements
 };
 
+// out = acc * alpha + bias as one fused multiply-add (bias -0 when absent: x + -0 is x, the sign of a zero
+// included). Written as `acc * alpha` then `+= bias`, the compiler fused the two at some inlined call sites
+// and not at others, so a tile's bits depended on which of a kernel's code paths finished it: with the reducer
+// warps, which finish some tiles and not others from run to run, 2 of 7.4 million outputs differed over 100
+// reruns (docs/experiments/README.md, item 19).
 template <class Out>
 FP8DK_DEVICE void finish(const Epilogue& e, int m, int n, float acc) {
-  float v = acc * e.alpha;
-  if (e.bias != nullptr) v += Out::to_float(e.bias[n]);
-  e.out[m * e.out_stride + n] = Out::from_float(v);
+  const float bias = e.bias != nullptr ? Out::to_float(e.bias[n]) : -0.f;
+  e.out[m * e.out_stride + n] = Out::from_float(fma_rn(acc, e.alpha, bias));
 }
 
 // How the contributions to a tile meet (above).

@@ -93,7 +93,11 @@ def assert_matches_reference(out: torch.Tensor, ref: torch.Tensor, max_ulps: int
 def assert_bitwise_equal(out: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     assert out.dtype == ref.dtype and out.shape == ref.shape
     same = out.cpu().view(torch.uint8) == ref.cpu().view(torch.uint8)
-    assert bool(same.all()), f"{what}: {int((~same).sum())} bytes differ from the reference"
+    if not bool(same.all()):
+        where = (~same).nonzero()[0].tolist()  # in the byte view: the element's last index scaled by its size
+        where[-1] //= out.element_size()
+        raise AssertionError(f"{what}: {int((~same).sum())} bytes differ from the reference, the first at "
+                             f"{tuple(where)}: {out[tuple(where)].item()!r} against {ref[tuple(where)].item()!r}")
 
 
 def opcheck_utils(*tensors) -> tuple:

@@ -193,10 +193,11 @@ def test_quotient_check_compiles(tmp_path):
 
 
 @pytest.mark.parametrize("script", ["tests/sanitizer_quant_fp8.py", "tests/sanitizer_rmsnorm.py",
-                                    "tests/sanitizer_skinny_gemm.py", "tests/sanitizer_swiglu.py", "tools/demo.py"])
+                                    "tests/sanitizer_skinny_gemm.py", "tests/sanitizer_swiglu.py",
+                                    "tests/stress_skinny_gemm_determinism.py", "tools/demo.py"])
 def test_gpu_scripts_import(script):
-    """The compute-sanitizer scripts (tools/gpu_session.sh runs them on a GPU) and the demo (scripts/demo.sh):
-    everything they import resolves, here without running their main."""
+    """The compute-sanitizer scripts (tools/gpu_session.sh runs them on a GPU), the determinism stress and the
+    demo (scripts/demo.sh): everything they import resolves, here without running their main."""
     runpy.run_path(str(REPO_ROOT / script), run_name="imported_by_ci")
 
 
