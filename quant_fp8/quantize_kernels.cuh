@@ -105,13 +105,13 @@ __global__ void __launch_bounds__(quant::kMaxThreads, quant::kMinResident)
   const bool whole = d - col >= kChunk;
   const uint16_t* src = in + row * in_row_stride + col;
   uint32_t raw[kChunk / 2];
+  allow_next_grid();
   wait_for_prior_grid();
   if (whole) {
     load_chunk<kLoadElems>(src, raw);
   } else {
     load_partial_chunk(src, d - col, raw);
   }
-  allow_next_grid();
   // Read after the data loads are issued, so that the latencies overlap.
   const ScaleDivisor divisor(*scale);
   float y[kChunk];

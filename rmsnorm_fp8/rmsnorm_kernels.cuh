@@ -320,12 +320,12 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
   __shared__ float scratch[kMaxWarps];
   const int lane = threadIdx.x & p.split.lane_mask;
   const R row(p, int64_t(blockIdx.x) * p.split.rows_per_block + (threadIdx.x >> p.split.group_shift));
+  allow_next_grid();
   wait_for_prior_grid();
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> v[R::kSlots], w[R::kSlots];
   load_row<Access::kStream>(row, lane, p.split.threads_per_row, v);
-  allow_next_grid();
   const float sum = sum_squares<In>(v);
   const int group = p.split.threads_per_row;
   const float total = group > kWarpSize ? block_sum(sum, scratch) : group_sum(sum, group);
@@ -355,13 +355,13 @@ __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persi
   const int t = threadIdx.x, threads = blockDim.x;
   int64_t index = blockIdx.x;
   R row(p, index);
+  allow_next_grid();
   wait_for_prior_grid();
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> x[R::kSlots], res[R::kSlots], w[R::kSlots];
   load_inputs<Access::kStream>(row, t, threads, x, res);
   load_weight(row, t, threads, w);
-  allow_next_grid();
   const OutScale<Out> scale(scale_value);
   for (;;) {
     Pack<16> v[R::kSlots];
@@ -395,6 +395,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
   extern __shared__ Pack<16> staged[];
   __shared__ float scratch[kMaxWarps];
   const R row(p, blockIdx.x);
+  allow_next_grid();
   wait_for_prior_grid();
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the first pass
   const int threads = blockDim.x, chunk = threads * R::kSlots;
@@ -410,7 +411,6 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
       if (k < p.split.staged_slots) staged[k] = v[j];
     }
   }
-  allow_next_grid();  // the second pass reads what this CTA staged or wrote, and the weight
   const float inv = inv_rms(block_sum(sum, scratch), p.hidden, p.eps);
   const OutScale<Out> scale(scale_value);
 
@@ -462,13 +462,13 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   if (static_cast<int>(blockDim.x * cluster_ctas()) < threads) trap();
   const int t = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x);
   const R row(p, t < threads ? int64_t(cluster_index()) : p.rows);  // an idle thread gets no row
+  allow_next_grid();
   wait_for_prior_grid();
   const float scale_value = OutScale<Out>::read(p.scale);
 
   Pack<16> v[kSlots], w[kSlots];
   load_weight(row, t, threads, w);
   load_row<Access::kStream, false>(row, t, threads, v);
-  allow_next_grid();
   float sum = sum_squares<In, R::kSlots>(&v[0]);
 #pragma unroll
   for (int c = 1; c < kChunks; ++c) sum += sum_squares<In, R::kSlots>(&v[c * R::kSlots]);

@@ -148,10 +148,10 @@ __global__ void __launch_bounds__(swiglu::kMaxThreads, swiglu::kMinResident)
   const int valid = d - col;
   const uint16_t* gate = in + row * in_row_stride + col;
   uint32_t g[kChunk / 2], u[kChunk / 2];
+  allow_next_grid();
   wait_for_prior_grid();
   load_chunk<W>(gate, valid, g);
   load_chunk<W>(gate + d, valid, u);
-  allow_next_grid();
   // Read after the data loads are issued, so that the three latencies overlap; a branch-free reciprocal
   // (an IEEE division's slow-path branch made ptxas hold the data loads until the scale had arrived).
   // Multiplying by a reciprocal taken once instead of dividing each value is at most one FP8 step away from
