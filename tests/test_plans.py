@@ -159,8 +159,8 @@ def test_decode_shapes_fill_the_gpu(copy_engine_plans):
 
 
 def test_balanced_stream_k_and_whole_tiles_above_8_tokens(nvidia_planner):
-    """Above 8 tokens: 70B qkv (1280 units) on 128 CTAs of 10 units rather than 132 of 9-10; 405B gate_up, whose
-    shared part leaves each CTA 9 units, ends on whole tiles; 405B qkv (576 units, no divisor in 124..132)
+    """Above 8 tokens: 70B qkv (2560 units) on 128 CTAs of 20 units rather than 132 of 19-20; 405B gate_up, whose
+    shared part leaves each CTA 18 units, ends on whole tiles; 405B qkv (576 units, no divisor in 124..132)
     keeps every SM."""
     for m in (16, 32):
         p = plan_one(nvidia_planner, H100, m, 10240, 8192)
@@ -170,6 +170,17 @@ def test_balanced_stream_k_and_whole_tiles_above_8_tokens(nvidia_planner):
         assert plan_one(nvidia_planner, H100, m, 2304, 16384)["ctas"] == 132
         assert plan_one(nvidia_planner, H100, m, 10240, 8192, tma_whole_tiles=0)["ctas"] == 128
     assert plan_one(nvidia_planner, H100, 8, 10240, 8192)["ctas"] == 132  # 8 tokens or fewer: every SM
+
+
+def test_wgmma_stage_depth(nvidia_planner):
+    """Above 8 tokens (wgmma over shared 64-row tiles) stages of 4 boxes, a ring twice as deep, where each CTA
+    streams 8 or more stages of 8 boxes (70B qkv, 8B gate_up, 405B gate_up); 8 boxes where it streams few
+    (405B and 8B qkv); whole tiles (N = 16384) keep 2."""
+    for m in (16, 32):
+        for (n, k), boxes in {(10240, 8192): 4, (28672, 4096): 4, (13312, 16384): 4, (2304, 16384): 8,
+                              (6144, 4096): 8, (16384, 6656): 2}.items():
+            p = plan_one(nvidia_planner, H100, m, n, k)
+            assert p["qgmma"] == 1 and p["boxes"] == boxes, (m, n, k, p)
 
 
 def test_whole_tiles_last(nvidia_planner):
