@@ -27,8 +27,10 @@ constexpr int kTmaConsumerWarps = 8;
 constexpr int kTmaReducerWarps = 3;
 constexpr int kTmaThreads = (kTmaConsumerWarps + 1 + kTmaReducerWarps) * 32;  // consumers, producer, reducers
 constexpr int kTmaMaxStages = 16;        // ring barriers reserved in shared memory
-constexpr int kTmaMinUnitsPerCta = 3;    // a CTA streams at least this many stages (small problems)
-constexpr int kTmaLongRunUnits = 4;      // a shared part this long per CTA puts whole tiles last above 8 tokens
+// A CTA streams at least this many stages (small problems). 3 instead was 4-27% slower on 8B qkv (session 12,
+// benchmarks/results/nvidia-h100/session12-2026-11-26/experiments/tune-ctas-*.log): on 96 CTAs each streams
+// exactly half a tile; on 128, CTAs straddle two tiles and every tile meets 3 contributions.
+constexpr int kTmaMinUnitsPerCta = 4;
 constexpr int kTmaAlignSlack = 1024;     // dynamic shared memory is aligned up to the swizzle atom in the kernel
 constexpr int kTmaSmemReserve = 1024;    // of the opt-in limit, kept for the kernel's static shared memory
 
@@ -153,7 +155,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // keeps at least one unit per CTA, so that every CTA between a tile's first and last contributor
   // contributes to it. At 8 tokens or fewer always (session 10, benchmarks/results/nvidia-h100/
   // session10-2026-11-25/tune/tune-4-*, tune-5-*: 8B gate_up 4% faster at 1 token, in two runs). Above 8
-  // tokens only where the shared part still gives each CTA a run of kTmaLongRunUnits units: 405B gate_up
+  // tokens only where the shared part still gives each CTA a run of kTmaMinUnitsPerCta units: 405B gate_up
   // (9 units each) was 2-5% faster at 16 and 32 tokens in two runs, each timing it alone and after a small
   // kernel (session 11, benchmarks/results/nvidia-h100/session11-2026-11-26/tune/); where the shared part is
   // 1-2 units a CTA (70B qkv, 8B gate_up) it was level or up to 2% slower.
@@ -162,7 +164,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     int rounds = static_cast<int>(p.tiles / ctas);
     long long shared_units = (p.tiles - rounds * ctas) * static_cast<long long>(p.k_blocks);
     if (shared_units > 0 && shared_units < ctas) --rounds, shared_units += ctas * p.k_blocks;
-    const bool long_shared_runs = shared_units >= kTmaLongRunUnits * ctas;
+    const bool long_shared_runs = shared_units >= kTmaMinUnitsPerCta * ctas;
     if (p.nt == 1 || p.tiles == ctas || o.whole_tiles == 1 || long_shared_runs) p.dp_rounds = rounds;
   }
   // Balanced stream-K above 8 tokens: where the units do not divide evenly among the CTAs, the most CTAs (at
