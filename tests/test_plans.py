@@ -149,13 +149,15 @@ def test_copy_engine_plans_legal(copy_engine_plans):
 
 def test_decode_shapes_fill_the_gpu(copy_engine_plans):
     """Large decode shapes use every SM, or one CTA per tile where that leaves at most 10% of them idle, or
-    above 8 tokens at least 15/16 of them where that divides the stream-K units exactly."""
+    above 8 tokens at least 15/16 of them where that divides the stream-K units exactly, or at 8 tokens or fewer
+    at least 15/16 of them where that splits every tile among the same number of CTAs."""
     for (sms, m, n, k, eb, smem), p in copy_engine_plans.items():
         if n * k * eb >= (32 << 20):
-            balanced = (m > 8 and p["dp_rounds"] == 0 and p["units"] % p["ctas"] == 0
-                        and 16 * p["ctas"] >= 15 * sms)
-            assert p["ctas"] == sms or (p["ctas"] == p["tiles"] and 10 * p["tiles"] >= 9 * sms) or balanced, \
-                (m, n, k, eb, p)
+            most = 16 * p["ctas"] >= 15 * sms
+            balanced = m > 8 and p["dp_rounds"] == 0 and p["units"] % p["ctas"] == 0 and most
+            aligned = m <= 8 and p["tiles"] < p["ctas"] and p["ctas"] % p["tiles"] == 0 and most
+            assert (p["ctas"] == sms or (p["ctas"] == p["tiles"] and 10 * p["tiles"] >= 9 * sms) or balanced
+                    or aligned), (m, n, k, eb, p)
 
 
 def test_balanced_stream_k_and_whole_tiles_above_8_tokens(nvidia_planner):
@@ -170,6 +172,16 @@ def test_balanced_stream_k_and_whole_tiles_above_8_tokens(nvidia_planner):
         assert plan_one(nvidia_planner, H100, m, 2304, 16384)["ctas"] == 132
         assert plan_one(nvidia_planner, H100, m, 10240, 8192, tma_whole_tiles=0)["ctas"] == 128
     assert plan_one(nvidia_planner, H100, 8, 10240, 8192)["ctas"] == 132  # 8 tokens or fewer: every SM
+
+
+def test_tile_aligned_grid_at_few_tokens(nvidia_planner):
+    """At 8 tokens or fewer, fewer tiles than SMs: 405B qkv (18 tiles of 128 rows) on 18 x 7 = 126 CTAs, each
+    streaming within one tile; 70B qkv (80 tiles) keeps every SM, since 80 x 1 would idle 40% of them."""
+    for m in (1, 8):
+        p = plan_one(nvidia_planner, H100, m, 2304, 16384)
+        assert (p["tiles"], p["ctas"]) == (18, 126), p
+        assert plan_one(nvidia_planner, H100, m, 10240, 8192)["ctas"] == 132
+    assert plan_one(nvidia_planner, H100, 16, 2304, 16384)["ctas"] == 132
 
 
 def test_wgmma_stage_depth(nvidia_planner):
