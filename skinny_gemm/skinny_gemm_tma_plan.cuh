@@ -149,12 +149,13 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // sums' round trip through L2 and the consumers' stall while they reduce.
   const bool one_per_tile = o.whole_tiles >= 0 ? o.whole_tiles == 1 : 10 * p.tiles >= 9 * sms;
   if (p.tiles <= sms && one_per_tile) ctas = p.tiles;
-  // Fewer tiles than CTAs at 8 tokens or fewer: the grid of whole splits of the tiles, tiles x floor(CTAs /
-  // tiles), where it keeps 15/16 of the CTAs. CTA g's units [g * U / G, (g + 1) * U / G) then lie within one
-  // tile, so each CTA meets one reduction, at its end. Session 12 (benchmarks/results/nvidia-h100/
-  // session12-2026-11-26/experiments/tune-aligned-*.log): 405B qkv (18 tiles) on 126 CTAs 5-7% faster alone and
-  // 0-3% after a small kernel; on 120, which straddle tiles, 1-2% slower.
-  if (p.nt == 1 && p.tiles < ctas && !o.ctas) {
+  // Fewer tiles than CTAs at 8 tokens or fewer, and short runs (under 8 units a CTA): the grid of whole splits
+  // of the tiles, tiles x floor(CTAs / tiles), where it keeps 15/16 of the CTAs. CTA g's units [g * U / G,
+  // (g + 1) * U / G) then lie within one tile, so each CTA meets one reduction, at its end. Session 12
+  // (benchmarks/results/nvidia-h100/session12-2026-11-26/experiments/tune-aligned-*.log, sweep-ccb9fcc/): 405B
+  // qkv (18 tiles, 4-5 units a CTA) on 126 CTAs 5-7% faster alone and 0-3% after a small kernel, on 120, which
+  // straddle tiles, 1-2% slower; 70B down (64 tiles, 27-28 units a CTA) on 128 0.5-1% slower than on 132.
+  if (p.nt == 1 && p.tiles < ctas && units < 8 * ctas && !o.ctas) {
     const long long aligned = p.tiles * (ctas / p.tiles);
     if (16 * aligned >= 15 * ctas) ctas = aligned;
   }

@@ -175,12 +175,14 @@ def test_balanced_stream_k_and_whole_tiles_above_8_tokens(nvidia_planner):
 
 
 def test_tile_aligned_grid_at_few_tokens(nvidia_planner):
-    """At 8 tokens or fewer, fewer tiles than SMs: 405B qkv (18 tiles of 128 rows) on 18 x 7 = 126 CTAs, each
-    streaming within one tile; 70B qkv (80 tiles) keeps every SM, since 80 x 1 would idle 40% of them."""
+    """At 8 tokens or fewer, fewer tiles than SMs, short runs: 405B qkv (18 tiles of 128 rows, 4-5 units a CTA)
+    on 18 x 7 = 126 CTAs, each streaming within one tile; 70B qkv (80 tiles) keeps every SM, since 80 x 1 would
+    idle 40% of them, and so does 70B down (64 tiles, 27 units a CTA: long runs)."""
     for m in (1, 8):
         p = plan_one(nvidia_planner, H100, m, 2304, 16384)
         assert (p["tiles"], p["ctas"]) == (18, 126), p
         assert plan_one(nvidia_planner, H100, m, 10240, 8192)["ctas"] == 132
+        assert plan_one(nvidia_planner, H100, m, 8192, 28672)["ctas"] == 132
     assert plan_one(nvidia_planner, H100, 16, 2304, 16384)["ctas"] == 132
 
 
