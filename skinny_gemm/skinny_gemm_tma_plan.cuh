@@ -192,11 +192,10 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   }
   p.ctas = static_cast<int>(ctas);
   p.sk_tiles = static_cast<int>(p.tiles - p.dp_rounds * ctas);
-  // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). They saved 2-5% with mma.sync where a CTA
-  // meets tile ends mid-run (8B gate_up at 1-8 tokens, session 10), but in session 11 a GPU test found a
-  // rerun differing from the first in one output byte with them (mma.sync forced, 32 tokens, 405B qkv on
-  // 128 CTAs), and compute-sanitizer's racecheck has reported hazards on red in the wgmma + reducers kernel
-  // since session 10 (docs/experiments/README.md, items 16 and 17): off until that race is found.
+  // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). With the plan as it is now they were 1-3%
+  // faster only on 8B gate_up at 1-4 tokens and 2-13% slower on the qkv shapes (session 12, benchmarks/results/
+  // nvidia-h100/session12-2026-11-26/tune/tune-reducers-*.log). (Their one-ulp reruns of session 11 were the
+  // epilogue's rounding, since fixed: docs/experiments/README.md, item 19.)
   p.reducers = o.reducers >= 0 ? o.reducers : 0;
   const long long sk_units = static_cast<long long>(p.sk_tiles) * p.k_blocks;
   p.contributions = p.sk_tiles == 0 || tiles_unshared(sk_units, ctas, p.k_blocks)
