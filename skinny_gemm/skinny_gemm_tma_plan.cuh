@@ -94,9 +94,8 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // wgmma (OCP e4m3 above 8 tokens, session 9: benchmarks/results/nvidia-h100/session9-2026-11-25/
   // tune-qgmma.json, the 8 decode shapes at M = 1..32): the warpgroups split 8 boxes along K over 64-row
   // tiles (4 where each CTA streams many stages, below), or, for whole tiles, stand side by side over 128 rows
-  // with 2 boxes. At M = 16-32 it beat the
-  // mma.sync tilings by up to 1.3x (8B qkv M = 32) and lost nowhere by more than the noise; at M <= 8 both
-  // run the same speed, and mma.sync's exact accumulation stays.
+  // with 2 boxes. At M = 16-32 it beat the mma.sync tilings by up to 1.3x (8B qkv M = 32) and lost nowhere by
+  // more than the noise; at M <= 8 both run the same speed, and mma.sync's exact accumulation stays.
   const int sm_tiles = ceil_div(n, 8 * kRowBlock);  // tiles of 128 rows
   const bool whole_tiles = p.nt >= 2 && sm_tiles <= sms && 10 * sm_tiles >= 9 * sms;
   p.qgmma = ocp_e4m3 && (o.qgmma >= 0 ? o.qgmma == 1 : p.nt >= 2) ? 1 : 0;
@@ -107,7 +106,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     // Shared tiles of 64 rows: stages of 8 boxes where a CTA streams few of them (405B and 8B qkv: 3-5), of 4
     // (a ring twice as deep) where it streams 8 or more (session 12, benchmarks/results/nvidia-h100/
     // session12-2026-11-26/tune/: 70B qkv and 8B gate_up at 16-32 tokens 2-8% faster in both contexts; 405B and
-    // 8B qkv 2-15% slower).
+    // 8B qkv 0-15% slower).
     const long long stages_of_8_boxes = static_cast<long long>(ceil_div(n, 4 * kRowBlock)) *
                                         ceil_div(static_cast<long long>(k) * elem_bytes, 8LL * kTmaBoxBytes);
     const bool long_runs = stages_of_8_boxes >= 8LL * sms;
