@@ -67,7 +67,7 @@ struct TmaOverrides {
                          // token count; 0: never (every tile shared by stream-K); -1: the plan's rule
   int qgmma = -1;        // 1: wgmma (OCP e4m3 only), 0: mma.sync, -1: the plan's choice
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
-  int ctas = 0;          // at most this many CTAs (0: the plan's)
+  int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
 };
 
 // Threads of a CTA of plan p.
@@ -165,9 +165,9 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // contributes to it. At 8 tokens or fewer always (session 10, benchmarks/results/nvidia-h100/
   // session10-2026-11-25/tune/tune-4-*, tune-5-*: 8B gate_up 4% faster at 1 token, in two runs). Above 8
   // tokens only where the shared part still gives each CTA a run of kTmaMinUnitsPerCta units: 405B gate_up
-  // (9 units each) was 2-5% faster at 16 and 32 tokens in two runs, each timing it alone and after a small
-  // kernel (session 11, benchmarks/results/nvidia-h100/session11-2026-11-26/tune/); where the shared part is
-  // 1-2 units a CTA (70B qkv, 8B gate_up) it was level or up to 2% slower.
+  // (9 units each in stages of 8 boxes, as then; 18 now) was 2-5% faster at 16 and 32 tokens in two runs, each
+  // timing it alone and after a small kernel (session 11, benchmarks/results/nvidia-h100/session11-2026-11-26/
+  // tune/); where the shared part is 1-2 units a CTA (70B qkv, 8B gate_up) it was level or up to 2% slower.
   p.dp_rounds = 0;
   if (o.whole_tiles != 0 && p.tiles >= ctas) {
     int rounds = static_cast<int>(p.tiles / ctas);
@@ -179,7 +179,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // Balanced stream-K above 8 tokens: where the units do not divide evenly among the CTAs, the most CTAs (at
   // least 15/16 of them) that divide them exactly. A CTA's share is then exact rather than one unit more or
   // less than its neighbours', and the idle SMs' bandwidth goes to the others (one SM alone reads at 1.5-2x
-  // its share). Session 11: 70B qkv and 8B gate_up at 16-32 tokens (1280 and 1792 units on 128 of 132 SMs)
+  // its share). Session 11: 70B qkv and 8B gate_up at 16-32 tokens (1280 and 1792 units of 8 boxes on 128 of 132 SMs)
   // 1-8% faster in both contexts of the tuning runs; at 8 tokens or fewer level or mixed, so not there.
   if (p.nt >= 2 && p.dp_rounds == 0 && !o.ctas) {
     for (long long c = ctas; 16 * c >= 15 * ctas; --c) {
