@@ -27,10 +27,12 @@ constexpr int kTmaConsumerWarps = 8;
 constexpr int kTmaReducerWarps = 3;
 constexpr int kTmaThreads = (kTmaConsumerWarps + 1 + kTmaReducerWarps) * 32;  // consumers, producer, reducers
 constexpr int kTmaMaxStages = 16;        // ring barriers reserved in shared memory
-// A CTA streams at least this many stages (small problems). 3 instead was 4-27% slower on 8B qkv (session 12,
-// benchmarks/results/nvidia-h100/session12-2026-11-26/experiments/tune-ctas-*.log): on 96 CTAs each streams
-// exactly half a tile; on 128, CTAs straddle two tiles and every tile meets 3 contributions.
-constexpr int kTmaMinUnitsPerCta = 4;
+// A CTA streams at least this many bytes of weights (small problems): 4 stages of 4 boxes of 128 rows, or of 8
+// boxes of 64. 3 such stages instead was 4-27% slower on 8B qkv (session 12, benchmarks/results/nvidia-h100/
+// session12-2026-11-26/experiments/tune-ctas-*.log): on 96 CTAs each streams exactly half a tile; on 128, CTAs
+// straddle two tiles and every tile meets 3 contributions. Counted in bytes, not stages, so that the grid does
+// not grow when a tiling's stages shrink to deepen the ring.
+constexpr int kTmaMinWeightBytesPerCta = 256 << 10;
 constexpr int kTmaAlignSlack = 1024;     // dynamic shared memory is aligned up to the swizzle atom in the kernel
 constexpr int kTmaSmemReserve = 1024;    // of the opt-in limit, kept for the kernel's static shared memory
 
@@ -89,30 +91,36 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // with the boxes shared among 2-4 warp columns; above 16, two row blocks per warp (the activation fragments
   // and their FP8 unpack then serve 32 rows). Above 8 tokens, where tiles of 128 rows come out at one per SM
   // (N = 16384 on 132 SMs: 405B down and o), those with 2 boxes per stage instead: no tile is shared
-  // (1.08-1.13x, down M = 16-32).
+  // (1.08-1.13x, down M = 16-32). At 8 tokens or fewer, small problems (under twice the minimum of weights
+  // a CTA on every SM) whose 128-row tiles do not come out at one per SM take tiles of 64 rows and 2 warp
+  // columns too: stages of 4 boxes of 64 rows, a ring of 6 instead of 3 (session 13, benchmarks/results/
+  // nvidia-h100/session13-2026-11-26/tune/tune-wk2-*.log: 8B qkv 15-17% faster alone and 15-21% after a
+  // quantization, 405B qkv 9-10% alone and -2% to +1% after it; 405B o, one 128-row tile per SM, 4-6%
+  // slower, and 70B qkv, not small, within 2%).
   //
   // wgmma (OCP e4m3 above 8 tokens, session 9: benchmarks/results/nvidia-h100/session9-2026-11-25/
-  // tune-qgmma.json, the 8 decode shapes at M = 1..32): the warpgroups split 8 boxes along K over 64-row
-  // tiles (4 where each CTA streams many stages, below), or, for whole tiles, stand side by side over 128 rows
-  // with 2 boxes. At M = 16-32 it beat the mma.sync tilings by up to 1.3x (8B qkv M = 32) and lost nowhere by
-  // more than the noise; at M <= 8 both run the same speed, and mma.sync's exact accumulation stays.
+  // tune-qgmma.json, the 8 decode shapes at M = 1..32): the warpgroups split 4 boxes along K over 64-row
+  // tiles, or, for whole tiles, stand side by side over 128 rows with 2 boxes. At M = 16-32 it beat the
+  // mma.sync tilings by up to 1.3x (8B qkv M = 32) and lost nowhere by more than the noise; at M <= 8 both run
+  // the same speed, and mma.sync's exact accumulation stays.
   const int sm_tiles = ceil_div(n, 8 * kRowBlock);  // tiles of 128 rows
-  const bool whole_tiles = p.nt >= 2 && sm_tiles <= sms && 10 * sm_tiles >= 9 * sms;
+  const bool tile_per_sm = sm_tiles <= sms && 10 * sm_tiles >= 9 * sms;
+  const bool whole_tiles = p.nt >= 2 && tile_per_sm;
+  const bool small = static_cast<long long>(n) * k * elem_bytes < 2LL * kTmaMinWeightBytesPerCta * sms;
   p.qgmma = ocp_e4m3 && (o.qgmma >= 0 ? o.qgmma == 1 : p.nt >= 2) ? 1 : 0;
   int default_wk, default_rb, default_boxes;
   if (p.qgmma) {
     default_wk = p.nt == 1 || whole_tiles ? 1 : 2;
     default_rb = 1;
-    // Shared tiles of 64 rows: stages of 8 boxes where a CTA streams few of them (405B and 8B qkv: 3-5), of 4
-    // (a ring twice as deep) where it streams 8 or more (session 12, benchmarks/results/nvidia-h100/
-    // session12-2026-11-26/tune/: 70B qkv and 8B gate_up at 16-32 tokens 2-8% faster in both contexts; 405B and
-    // 8B qkv 0-15% slower).
-    const long long stages_of_8_boxes = static_cast<long long>(ceil_div(n, 4 * kRowBlock)) *
-                                        ceil_div(static_cast<long long>(k) * elem_bytes, 8LL * kTmaBoxBytes);
-    const bool long_runs = stages_of_8_boxes >= 8LL * sms;
-    default_boxes = p.nt == 1 ? 4 : whole_tiles ? 2 : long_runs ? 4 : 8;
+    // Shared tiles of 64 rows: stages of 4 boxes, not 8. A stage of 8 is 80-96 KB at 16-32 tokens, and the
+    // ring then holds 2: the producer refills a stage only once the consumers have read all of it. With 4 the
+    // ring holds 4-5 (session 13, benchmarks/results/nvidia-h100/session13-2026-11-26/tune/: 8B qkv on the
+    // same 96 CTAs 8-15% faster alone and 7-8% after a quantization; 405B qkv on its tile-aligned grid below
+    // 8-10% and 1-22%; 70B qkv and 8B gate_up had 4 since session 12). Session 12's finding that 4 were slower
+    // on the two qkv shapes came from grids of twice as many units, whose CTAs straddled tiles.
+    default_boxes = whole_tiles ? 2 : 4;
   } else {
-    default_wk = whole_tiles ? 2 : p.nt == 1 ? 1 : p.nt == 2 ? 2 : 4;
+    default_wk = whole_tiles ? 2 : p.nt == 1 ? (small && !tile_per_sm ? 2 : 1) : p.nt == 2 ? 2 : 4;
     default_rb = whole_tiles || p.nt >= 3 ? 2 : 1;
     default_boxes = whole_tiles ? 2 : p.nt == 2 ? 8 : 4;
   }
@@ -141,22 +149,28 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   p.barrier_offset = stages * p.stage_bytes + red_bytes;
   p.smem_bytes = p.barrier_offset + 2 * stages * 8 + kTmaAlignSlack;
   const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
-  long long ctas = o.ctas ? (o.ctas < units ? o.ctas : units) : units / kTmaMinUnitsPerCta;
+  const long long unit_bytes = static_cast<long long>(p.boxes) * p.weight_box_bytes;
+  const long long min_units = (kTmaMinWeightBytesPerCta + unit_bytes - 1) / unit_bytes;
+  long long ctas = o.ctas ? (o.ctas < units ? o.ctas : units) : units / min_units;
   if (ctas > sms) ctas = sms;
   if (ctas < 1) ctas = 1;
   // Nearly one tile per SM: one CTA per tile, no shared tiles. A few idle SMs cost less than the partial
   // sums' round trip through L2 and the consumers' stall while they reduce.
   const bool one_per_tile = o.whole_tiles >= 0 ? o.whole_tiles == 1 : 10 * p.tiles >= 9 * sms;
   if (p.tiles <= sms && one_per_tile) ctas = p.tiles;
-  // Fewer tiles than CTAs at 8 tokens or fewer, and short runs (under 8 units a CTA): the grid of whole splits
-  // of the tiles, tiles x floor(CTAs / tiles), where it keeps 15/16 of the CTAs. CTA g's units [g * U / G,
+  // Fewer tiles than CTAs and short runs (under twice the minimum of weights a CTA): the grid of whole splits
+  // of the tiles, tiles x floor(CTAs / tiles), where it keeps 4/5 of the CTAs. CTA g's units [g * U / G,
   // (g + 1) * U / G) then lie within one tile, so each CTA meets one reduction, at its end. Session 12
   // (benchmarks/results/nvidia-h100/session12-2026-11-26/experiments/tune-aligned-*.log, sweep-ccb9fcc/): 405B
-  // qkv (18 tiles, 4-5 units a CTA) on 126 CTAs 5-7% faster alone and 0-3% after a small kernel, on 120, which
-  // straddle tiles, 1-2% slower; 70B down (64 tiles, 27-28 units a CTA) on 128 0.5-1% slower than on 132.
-  if (p.nt == 1 && p.tiles < ctas && units < 8 * ctas && !o.ctas) {
+  // qkv at 8 tokens or fewer (18 tiles, 4-5 units a CTA) on 126 CTAs 5-7% faster alone and 0-3% after a small
+  // kernel, on 120, which straddle tiles, 1-2% slower; 70B down (64 tiles, 27-28 units a CTA: long runs) on 128
+  // 0.5-1% slower than on 132. Session 13 (the wgmma stage comment above): 405B qkv above 8 tokens (36 tiles)
+  // on 108 CTAs 8-22% faster than on 132.
+  const bool short_runs = units * unit_bytes < 2LL * kTmaMinWeightBytesPerCta * ctas;
+  bool aligned_grid = false;
+  if (p.tiles < ctas && short_runs && !o.ctas) {
     const long long aligned = p.tiles * (ctas / p.tiles);
-    if (16 * aligned >= 15 * ctas) ctas = aligned;
+    if (5 * aligned >= 4 * ctas) ctas = aligned, aligned_grid = true;
   }
   // Whole tiles last. Where the tiles outnumber the CTAs, each CTA first streams its share of the shared
   // tiles, then computes dp_rounds tiles alone: the shared tiles' reductions fall mid-run, and every run ends
@@ -164,7 +178,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // keeps at least one unit per CTA, so that every CTA between a tile's first and last contributor
   // contributes to it. At 8 tokens or fewer always (session 10, benchmarks/results/nvidia-h100/
   // session10-2026-11-25/tune/tune-4-*, tune-5-*: 8B gate_up 4% faster at 1 token, in two runs). Above 8
-  // tokens only where the shared part still gives each CTA a run of kTmaMinUnitsPerCta units: 405B gate_up
+  // tokens only where the shared part still gives each CTA the minimum of weights: 405B gate_up
   // (9 units each in stages of 8 boxes, as then; 18 now) was 2-5% faster at 16 and 32 tokens in two runs, each
   // timing it alone and after a small kernel (session 11, benchmarks/results/nvidia-h100/session11-2026-11-26/
   // tune/); where the shared part is 1-2 units a CTA (70B qkv, 8B gate_up) it was level or up to 2% slower.
@@ -173,7 +187,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     int rounds = static_cast<int>(p.tiles / ctas);
     long long shared_units = (p.tiles - rounds * ctas) * static_cast<long long>(p.k_blocks);
     if (shared_units > 0 && shared_units < ctas) --rounds, shared_units += ctas * p.k_blocks;
-    const bool long_shared_runs = shared_units >= kTmaMinUnitsPerCta * ctas;
+    const bool long_shared_runs = shared_units >= min_units * ctas;
     if (p.nt == 1 || p.tiles == ctas || o.whole_tiles == 1 || long_shared_runs) p.dp_rounds = rounds;
   }
   // Balanced stream-K above 8 tokens: where the units do not divide evenly among the CTAs, the most CTAs (at
@@ -181,7 +195,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // less than its neighbours', and the idle SMs' bandwidth goes to the others (one SM alone reads at 1.5-2x
   // its share). Session 11: 70B qkv and 8B gate_up at 16-32 tokens (1280 and 1792 units of 8 boxes on 128 of 132 SMs)
   // 1-8% faster in both contexts of the tuning runs; at 8 tokens or fewer level or mixed, so not there.
-  if (p.nt >= 2 && p.dp_rounds == 0 && !o.ctas) {
+  if (p.nt >= 2 && p.dp_rounds == 0 && !aligned_grid && !o.ctas) {
     for (long long c = ctas; 16 * c >= 15 * ctas; --c) {
       if (units % c == 0) {
         ctas = c;

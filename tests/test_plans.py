@@ -149,50 +149,72 @@ def test_copy_engine_plans_legal(copy_engine_plans):
 
 def test_decode_shapes_fill_the_gpu(copy_engine_plans):
     """Large decode shapes use every SM, or one CTA per tile where that leaves at most 10% of them idle, or
-    above 8 tokens at least 15/16 of them where that divides the stream-K units exactly, or at 8 tokens or fewer
-    at least 15/16 of them where that splits every tile among the same number of CTAs."""
+    above 8 tokens at least 15/16 of them where that divides the stream-K units exactly, or at least 4/5 of them
+    where that splits every tile among the same number of CTAs."""
     for (sms, m, n, k, eb, smem), p in copy_engine_plans.items():
         if n * k * eb >= (32 << 20):
             most = 16 * p["ctas"] >= 15 * sms
             balanced = m > 8 and p["dp_rounds"] == 0 and p["units"] % p["ctas"] == 0 and most
-            aligned = m <= 8 and p["tiles"] < p["ctas"] and p["ctas"] % p["tiles"] == 0 and most
+            aligned = p["ctas"] % p["tiles"] == 0 and 5 * p["ctas"] >= 4 * sms
             assert (p["ctas"] == sms or (p["ctas"] == p["tiles"] and 10 * p["tiles"] >= 9 * sms) or balanced
                     or aligned), (m, n, k, eb, p)
 
 
 def test_balanced_stream_k_and_whole_tiles_above_8_tokens(nvidia_planner):
     """Above 8 tokens: 70B qkv (2560 units) on 128 CTAs of 20 units rather than 132 of 19-20; 405B gate_up, whose
-    shared part leaves each CTA 18 units, ends on whole tiles; 405B qkv (576 units, no divisor in 124..132)
-    keeps every SM."""
+    shared part leaves each CTA 18 units, ends on whole tiles."""
     for m in (16, 32):
         p = plan_one(nvidia_planner, H100, m, 10240, 8192)
         assert (p["ctas"], p["dp_rounds"], p["units"] % p["ctas"]) == (128, 0, 0), p
         q = plan_one(nvidia_planner, H100, m, 13312, 16384)
         assert q["dp_rounds"] == 1 and q["ctas"] == 132, q
-        assert plan_one(nvidia_planner, H100, m, 2304, 16384)["ctas"] == 132
         assert plan_one(nvidia_planner, H100, m, 10240, 8192, tma_whole_tiles=0)["ctas"] == 128
     assert plan_one(nvidia_planner, H100, 8, 10240, 8192)["ctas"] == 132  # 8 tokens or fewer: every SM
 
 
-def test_tile_aligned_grid_at_few_tokens(nvidia_planner):
-    """At 8 tokens or fewer, fewer tiles than SMs, short runs: 405B qkv (18 tiles of 128 rows, 4-5 units a CTA)
-    on 18 x 7 = 126 CTAs, each streaming within one tile; 70B qkv (80 tiles) keeps every SM, since 80 x 1 would
-    idle 40% of them, and so does 70B down (64 tiles, 27 units a CTA: long runs)."""
-    for m in (1, 8):
+def test_tile_aligned_grid(nvidia_planner):
+    """Fewer tiles than SMs, short runs: 405B qkv (36 tiles of 64 rows) on 36 x 3 = 108 CTAs, each streaming
+    within one tile, and with 128-row tiles (forced) on 18 x 7 = 126; 70B qkv (80 tiles of 128 rows at 8 tokens
+    or fewer) keeps every SM, since 80 x 1 would idle 40% of them, and so does 70B down (64 tiles, 27 units a
+    CTA: long runs)."""
+    for m in (1, 8, 16, 24, 32):
         p = plan_one(nvidia_planner, H100, m, 2304, 16384)
+        assert (p["tiles"], p["ctas"], p["dp_rounds"]) == (36, 108, 0), p
+    for m in (1, 8):
+        p = plan_one(nvidia_planner, H100, m, 2304, 16384, tma_wk=1)
         assert (p["tiles"], p["ctas"]) == (18, 126), p
         assert plan_one(nvidia_planner, H100, m, 10240, 8192)["ctas"] == 132
         assert plan_one(nvidia_planner, H100, m, 8192, 28672)["ctas"] == 132
-    assert plan_one(nvidia_planner, H100, 16, 2304, 16384)["ctas"] == 132
+
+
+def test_small_problems_stream_at_least_256_kib_a_cta(nvidia_planner):
+    """The grid stops growing at 256 KiB of weights a CTA, whatever a stage holds: 8B qkv (24 MiB) on 96 CTAs,
+    one whole 64-row tile each (stages of 4 boxes of 64 rows: 8 units), and with 128-row tiles (forced, 8
+    tokens or fewer) half a tile each (stages of 4 boxes of 128 rows: 4 units)."""
+    for m in (1, 8, 16, 32):
+        p = plan_one(nvidia_planner, H100, m, 6144, 4096)
+        assert (p["ctas"], p["tiles"], p["dp_rounds"]) == (96, 96, 1), p
+    for m in (1, 8):
+        p = plan_one(nvidia_planner, H100, m, 6144, 4096, tma_wk=1)
+        assert (p["ctas"], p["tiles"], p["dp_rounds"]) == (96, 48, 0), p
+
+
+def test_small_problems_take_64_row_tiles_at_few_tokens(nvidia_planner):
+    """At 8 tokens or fewer mma.sync takes 64-row tiles (2 warp columns) for small problems (405B and 8B qkv),
+    128-row tiles where those come out at one per SM (405B o) or the problem is not small (70B qkv, gate_up)."""
+    for m in (1, 8):
+        for (n, k), wk in {(2304, 16384): 2, (6144, 4096): 2, (16384, 2048): 1, (10240, 8192): 1,
+                           (13312, 16384): 1}.items():
+            p = plan_one(nvidia_planner, H100, m, n, k)
+            assert (p["qgmma"], p["wk"], p["block_n"]) == (0, wk, 128 // wk), (m, n, k, p)
 
 
 def test_wgmma_stage_depth(nvidia_planner):
-    """Above 8 tokens (wgmma over shared 64-row tiles) stages of 4 boxes, a ring twice as deep, where each CTA
-    streams 8 or more stages of 8 boxes (70B qkv, 8B gate_up, 405B gate_up); 8 boxes where it streams few
-    (405B and 8B qkv); whole tiles (N = 16384) keep 2."""
+    """Above 8 tokens wgmma over shared 64-row tiles streams stages of 4 boxes (a ring of 4-5 stages; 8 boxes
+    would leave 2), whole tiles (N = 16384) stages of 2."""
     for m in (16, 32):
-        for (n, k), boxes in {(10240, 8192): 4, (28672, 4096): 4, (13312, 16384): 4, (2304, 16384): 8,
-                              (6144, 4096): 8, (16384, 6656): 2}.items():
+        for (n, k), boxes in {(10240, 8192): 4, (28672, 4096): 4, (13312, 16384): 4, (2304, 16384): 4,
+                              (6144, 4096): 4, (16384, 6656): 2}.items():
             p = plan_one(nvidia_planner, H100, m, n, k)
             assert p["qgmma"] == 1 and p["boxes"] == boxes, (m, n, k, p)
 
