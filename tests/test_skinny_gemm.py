@@ -241,6 +241,33 @@ def test_routing_part_traces_into_one_graph(kernel_cpu, monkeypatch, name, part)
     assert got.tolist() == ([1.0, 1.0] if part == "h200" else [2.0, 2.0])
 
 
+def test_routing_lookup_traces_with_a_symbolic_token_count(kernel_cpu):
+    """Under torch.compile with dynamic shapes M is symbolic: the tables' lookup must trace without a graph
+    break for both parts, measured and unmeasured shapes alike (`m in range(...)` did not: the H200's default
+    for unmeasured shapes failed test_torch_compile_gpu), and decide as it does eagerly."""
+    routing = kernel_cpu.routing
+    shapes = [(2304, 16384), (16384, 2048), (6144, 4096), (2304, 2048), (4096, 4096), (32768, 8192)]
+
+    def decisions(x):
+        m = x.shape[0]
+        flags = [routing._scaled_mm_faster(part, m, n, k, 1) for part in ("h100", "h200") for n, k in shapes]
+        return x + sum(float(f) * 2.0 ** i for i, f in enumerate(flags))
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(decisions, fullgraph=True, backend="eager", dynamic=True)
+        for m in (1, 4, 5, 12, 13, 21, 32):
+            x = torch.zeros(m, 2)
+            assert torch.equal(compiled(x), decisions(x)), m
+    finally:
+        torch._dynamo.reset()
+    # And what the tables say: the H200 hands 405B o to torch._scaled_mm above 12 tokens; the H100 an unmeasured
+    # shape under 24 MiB above 4 tokens, one of 24 MiB or more never.
+    assert [routing._scaled_mm_faster("h200", m, 16384, 2048, 1) for m in (12, 13)] == [False, True]
+    assert [routing._scaled_mm_faster("h100", m, 4096, 4096, 1) for m in (4, 5)] == [False, True]
+    assert not any(routing._scaled_mm_faster("h100", m, 32768, 8192, 1) for m in range(1, 33))
+
+
 # ------------------------------------------------------------------------------------ the CPU route for M > 32
 
 
