@@ -13,8 +13,10 @@
 //     of G takes their units [floor(g * U / G), floor((g + 1) * U / G)) (stream-K), and the CTAs that share
 //     a tile add their fp32 partials in K order (deterministic). The others follow, `dp_rounds` whole tiles
 //     per CTA. Every CTA streams the same number of bytes (to a unit).
-//   * Ring depth: as many stages as the shared memory holds (about 10 at M <= 16 on an H100: 160-200 KB in
-//     flight per SM, against the ~25-40 KB that Little's law asks at 3-4.8 TB/s and ~1 us).
+//   * Ring depth: as many stages as the shared memory holds (3-6 on an H100: 160-200 KB in flight per SM,
+//     against the ~25-40 KB that Little's law asks at 3-4.8 TB/s and ~1 us). The bytes alone are not enough:
+//     with 2 stages the producer refills one only after the consumers have read all of it; small problems ran
+//     6-17% faster with 4-6 (session 13, the tiling comments below).
 #include "skinny_gemm/skinny_gemm_plan.cuh"
 
 namespace fp8dk {
@@ -115,9 +117,10 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     // Shared tiles of 64 rows: stages of 4 boxes, not 8. A stage of 8 is 80-96 KB at 16-32 tokens, and the
     // ring then holds 2: the producer refills a stage only once the consumers have read all of it. With 4 the
     // ring holds 4-5 (session 13, benchmarks/results/nvidia-h100/session13-2026-11-26/tune/: 8B qkv on the
-    // same 96 CTAs 8-15% faster alone and 7-8% after a quantization; 405B qkv on its tile-aligned grid below
-    // 8-10% and 1-22%; 70B qkv and 8B gate_up had 4 since session 12). Session 12's finding that 4 were slower
-    // on the two qkv shapes came from grids of twice as many units, whose CTAs straddled tiles.
+    // same 96 CTAs 13-16% faster alone and 6-9% after a quantization; 405B qkv on its tile-aligned grid below
+    // 6-10% alone and -3% to +22% after it; 70B qkv and 8B gate_up had 4 since session 12). Session 12's
+    // finding that 4 were slower on the two qkv shapes came from grids of twice as many units, whose CTAs
+    // straddled tiles.
     default_boxes = whole_tiles ? 2 : 4;
   } else {
     default_wk = whole_tiles ? 2 : p.nt == 1 ? (small && !tile_per_sm ? 2 : 1) : p.nt == 2 ? 2 : 4;
@@ -164,8 +167,8 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // (benchmarks/results/nvidia-h100/session12-2026-11-26/experiments/tune-aligned-*.log, sweep-ccb9fcc/): 405B
   // qkv at 8 tokens or fewer (18 tiles, 4-5 units a CTA) on 126 CTAs 5-7% faster alone and 0-3% after a small
   // kernel, on 120, which straddle tiles, 1-2% slower; 70B down (64 tiles, 27-28 units a CTA: long runs) on 128
-  // 0.5-1% slower than on 132. Session 13 (the wgmma stage comment above): 405B qkv above 8 tokens (36 tiles)
-  // on 108 CTAs 8-22% faster than on 132.
+  // 0.5-1% slower than on 132. Session 13 (the stage comments above): 405B qkv in 64-row tiles (36) on 108
+  // CTAs, with 4-box stages, 6-10% faster alone than on 132 above 8 tokens.
   const bool short_runs = units * unit_bytes < 2LL * kTmaMinWeightBytesPerCta * ctas;
   bool aligned_grid = false;
   if (p.tiles < ctas && short_runs && !o.ctas) {
