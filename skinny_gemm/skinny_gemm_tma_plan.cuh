@@ -97,7 +97,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // a CTA on every SM) whose 128-row tiles do not come out at one per SM take tiles of 64 rows and 2 warp
   // columns too: stages of 4 boxes of 64 rows, a ring of 6 instead of 3 (session 13, benchmarks/results/
   // nvidia-h100/session13-2026-11-26/tune/tune-wk2-*.log: 8B qkv 15-17% faster alone and 15-21% after a
-  // quantization, 405B qkv 9-10% alone and -2% to +1% after it; 405B o, one 128-row tile per SM, 4-6%
+  // quantization, 405B qkv 9-10% alone and -2% to +1% after it; 405B o, one 128-row tile per SM, 3-7%
   // slower, and 70B qkv, not small, within 2%).
   //
   // wgmma (OCP e4m3 above 8 tokens, session 9: benchmarks/results/nvidia-h100/session9-2026-11-25/
