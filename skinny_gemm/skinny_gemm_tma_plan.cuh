@@ -105,8 +105,10 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // tiles, or, for whole tiles, stand side by side over 128 rows with 2 boxes. At M = 16-32 it beat the
   // mma.sync tilings by up to 1.3x (8B qkv M = 32) and lost nowhere by more than the noise; at M <= 8 both run
   // the same speed, and mma.sync's exact accumulation stays.
+  // At most one tile per SM, idling at most a tenth of them.
+  const auto about_one_per_sm = [sms](long long tiles) { return tiles <= sms && 10 * tiles >= 9 * sms; };
   const int sm_tiles = ceil_div(n, 8 * kRowBlock);  // tiles of 128 rows
-  const bool tile_per_sm = sm_tiles <= sms && 10 * sm_tiles >= 9 * sms;
+  const bool tile_per_sm = about_one_per_sm(sm_tiles);
   const bool whole_tiles = p.nt >= 2 && tile_per_sm;
   const bool small = static_cast<long long>(n) * k * elem_bytes < 2LL * kTmaMinWeightBytesPerCta * sms;
   p.qgmma = ocp_e4m3 && (o.qgmma >= 0 ? o.qgmma == 1 : p.nt >= 2) ? 1 : 0;
@@ -159,8 +161,9 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   if (ctas < 1) ctas = 1;
   // Nearly one tile per SM: one CTA per tile, no shared tiles. A few idle SMs cost less than the partial
   // sums' round trip through L2 and the consumers' stall while they reduce.
-  const bool one_per_tile = o.whole_tiles >= 0 ? o.whole_tiles == 1 : 10 * p.tiles >= 9 * sms;
-  if (p.tiles <= sms && one_per_tile) ctas = p.tiles;
+  const bool one_per_tile =
+      o.whole_tiles >= 0 ? o.whole_tiles == 1 && p.tiles <= sms : about_one_per_sm(p.tiles);
+  if (one_per_tile) ctas = p.tiles;
   // Fewer tiles than CTAs and short runs (under twice the minimum of weights a CTA): the grid of whole splits
   // of the tiles, tiles x floor(CTAs / tiles), where it keeps 4/5 of the CTAs. CTA g's units [g * U / G,
   // (g + 1) * U / G) then lie within one tile, so each CTA meets one reduction, at its end. Session 12
