@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from .conftest import REPO_ID, REPO_ROOT
+from .conftest import HAS_GPU, REPO_ID, REPO_ROOT
 
 DTYPES = (torch.bfloat16, torch.float16)
 EPS = 1e-5
@@ -338,3 +338,58 @@ def test_decode_step_benchmark_cpu_smoke(kernel, device, tmp_path):
     assert {(r["path"], r["batch"]) for r in results} == {("ours", 2), ("torch", 2)}
     assert all(r["latency_ms"]["median"] > 0 and r["rel_diff_vs_torch"] < 0.05 for r in results)
     assert {p.suffix for p in tmp_path.iterdir()} == {".json", ".md", ".png"}
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_GPU,
+                                                                                       reason="no GPU"))])
+def test_decode_attribution_smoke(kernel, device, tmp_path):
+    """benchmarks/decode_attribution.py end to end at tiny sizes, every study (on CPU without the timeline)."""
+    script = REPO_ROOT / "benchmarks" / "decode_attribution.py"
+    if not script.is_file():
+        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    command = [sys.executable, str(script), "--env", "no PDL:FP8DK_PDL=0", "--rounds", "1",
+               "--repo-id", REPO_ID, "--device", device, "--layers", "2", "--hidden", "128", "--heads", "16",
+               "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16", "--batch", "2",
+               "--replays", "30" if device == "cuda" else "3", "--no-compile", "--out", str(tmp_path)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (report,) = tmp_path.glob("*.json")
+    record = json.loads(report.read_text())
+    variants = {r["variant"] for r in record["results"]}
+    expected = {"ours", "torch", "ours, all GEMMs on torch", "ours, GEMMs only", "GEMM chain, ours, no PDL",
+                "ours, no PDL"} | {f"ours, {g} on torch" for g in ("qkv", "o", "gate_up", "down")}
+    assert expected <= variants
+    assert all(r["ms"] > 0 for r in record["results"])
+    if device == "cuda":
+        kernels = {row["kernel"] for row in record["timelines"]["ours, batch 2"]}
+        assert {"gemm", "rmsnorm", "swiglu", "quant"} <= kernels, kernels
+    assert {p.suffix for p in tmp_path.iterdir()} == {".json", ".md"}
+
+
+def test_decode_attribution_layer_timeline():
+    """The timeline's indexing on a made-up trace: per step the residual's zeros, 8 layers of (RMSNorm, GEMM,
+    SwiGLU) where the GEMM starts before the RMSNorm ends (PDL), the final norm; three steps."""
+    script = REPO_ROOT / "benchmarks" / "decode_attribution.py"
+    if not script.is_file():
+        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    sys.path.insert(0, str(script.parent))
+    try:
+        spec = importlib.util.spec_from_file_location("decode_attribution", script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(script.parent))
+    layers, kernels, t = 8, [], 0.0
+    for _ in range(3):
+        kernels.append((t, t + 1.0, "fill")); t += 2.0
+        for _ in range(layers):
+            kernels.append((t, t + 3.0, "rms_norm_cluster_kernel"))
+            kernels.append((t + 1.0, t + 10.0, "skinny_gemm_tma_kernel"))
+            kernels.append((t + 10.5, t + 11.5, "silu_and_mul_kernel"))
+            t += 12.0
+        kernels.append((t, t + 2.0, "rms_norm_kernel")); t += 5.0
+    rows = module.layer_timeline(kernels[::-1], 3, layers)
+    assert [(r["position"], r["kernel"]) for r in rows] == [(0, "rmsnorm"), (1, "gemm"), (2, "swiglu")]
+    assert [r["start"] for r in rows] == pytest.approx([0.0, 1.0, 10.5])
+    assert [r["duration"] for r in rows] == pytest.approx([3.0, 9.0, 1.0])
+    assert [r["gap"] for r in rows] == pytest.approx([0.5, -2.0, 0.5])

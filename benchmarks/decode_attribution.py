@@ -1,0 +1,293 @@
+"""Where the decode step's time goes, measured on the step as it runs: CUDA-graph replays with programmatic
+dependent launch (PDL), where one kernel's head overlaps the previous one's tail. decode_step.py's breakdown
+profiles eager steps without PDL, which gives each kernel its own duration but not its cost on the step.
+
+    python tools/build.py                                          # once: the local build this script loads
+    python benchmarks/decode_attribution.py                         # 405B TP8 shard, batch 1 and 32, all studies
+    python benchmarks/decode_attribution.py --study swap skip --batch 32
+    python benchmarks/decode_attribution.py --study env --env "128 CTAs:FP8DK_SKINNY_TMA_CTAS=128"
+    python benchmarks/decode_attribution.py --device cpu --layers 1 --hidden 256 --heads 16 --kv-heads 8 \\
+        --head-dim 32 --intermediate 1024 --kv-len 16 --batch 2 --replays 3 --no-compile    # CPU smoke
+
+The options after the script's own are decode_step.py's (model, shard, layers, batch, replays, device, ...).
+Studies, each variant timed in --rounds interleaved rounds next to our build ("ours") and the torch build:
+  swap      our build with one GEMM class (qkv, o, gate_up, down) on torch._scaled_mm, then all four: what each
+            of our GEMMs is worth in the step (with PDL edges broken where a cuBLAS kernel comes in)
+  skip      our build with one op replaced by a no-op returning a preallocated tensor (timing only: the output
+            is wrong): the SwiGLU, the quantization before O, both RMSNorms, all of them, attention, everything
+            but the GEMMs
+  chain     the step's GEMMs alone, back to back in model order (ours with and without PDL, torch), then each
+            class alone: the GEMMs' time without the other kernels
+  env       our build under tuning variables (--env LABEL:KEY=VALUE[,KEY=VALUE]), set when the graph is captured
+  timeline  per position in a layer: mean start, duration and gap to the previous kernel end, over the layers
+            of a few graph replays (torch.profiler's CUDA activity records the kernels of graph launches; a
+            kernel launched with PDL starts before its predecessor ends and waits: its duration includes that)
+Written to --out (default benchmarks/results/<device>/decode-attribution/) as JSON and Markdown.
+"""
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Dict, List
+
+import torch
+
+import decode_step as ds
+import decoder
+
+GEMMS = ("qkv", "o", "gate_up", "down")
+STUDIES = ("swap", "skip", "chain", "env", "timeline")
+TIMELINE_REPLAYS = 3
+TIMELINE_EDGE_LAYERS = 5  # left out at each end of a step: its first and last layers join other kernels
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                add_help=False)
+    p.add_argument("-h", "--help", action="store_true")
+    p.add_argument("--study", nargs="+", choices=STUDIES, default=list(STUDIES))
+    p.add_argument("--env", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+                   help="a variant of the env study (repeatable)")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every variant")
+    own, rest = p.parse_known_args(argv)
+    if own.help:
+        p.print_help()
+        print("\ndecode_step.py's options:\n")
+        ds.parse_args(["--help"])
+    if "--batch" not in rest:
+        rest += ["--batch", "1", "32"]
+    step_args = ds.parse_args(rest)
+    own.env_variants = {}
+    for spec in own.env:
+        label, _, settings = spec.partition(":")
+        if not settings or "=" not in settings:
+            p.error(f"--env {spec!r}: expected LABEL:KEY=VALUE[,KEY=VALUE]")
+        own.env_variants[label] = dict(item.split("=", 1) for item in settings.split(","))
+    if "env" in own.study and not own.env_variants and "--study" in (argv or sys.argv[1:]):
+        p.error("--study env needs at least one --env")
+    return own, step_args
+
+
+def build(setup: ds.Setup, args, gemm_of: Dict[str, Callable], elementwise, attention=None):
+    """The decoder of decode_step.py over the shared weights, with the GEMM of each class from `gemm_of`, the
+    other ops from `elementwise` (a DecodeOps) and `attention` (default SDPA)."""
+    convert, shard, scales = setup.kernel.convert, setup.shard, setup.scales
+    attention = attention or decoder.SdpaDecodeAttention(shard.heads, shard.kv_heads, shard.head_dim)
+
+    def ops(gemm: str):
+        return elementwise._replace(gemm=gemm_of[gemm])
+
+    def linear(gemm, weight, weight_scale, input_scale):
+        return convert.Fp8Linear(weight, weight_scale, input_scale, None, setup.dtype, ops(gemm))
+
+    blocks = [decoder.Fp8DecoderLayer(
+        w.input_norm, w.post_norm, shard.eps,
+        linear("qkv", w.qkv, scales.qkv_w, scales.qkv_in), linear("o", w.o, scales.o_w, scales.o_in),
+        convert.Fp8LlamaMLP(linear("gate_up", w.gate_up, scales.gate_up_w, scales.gate_up_in),
+                            linear("down", w.down, scales.down_w, scales.down_in), ops("down")),
+        attention, None, elementwise) for w in setup.layers]
+    rope = decoder.rope_tables(args.kv_len, shard.head_dim, shard.rope_theta, setup.dtype, setup.final_norm.device)
+    return decoder.Fp8Decoder(blocks, setup.final_norm, shard.eps, rope, elementwise)
+
+
+def step_variants(setup, args, own, batch: int) -> Dict[str, tuple]:
+    """name -> (step function, tuning environment) of the requested studies at one batch size."""
+    paths = ds.path_ops(setup, args)
+    ours, peer = paths["ours"], paths["torch"]
+    sh, device, fp8 = setup.shard, setup.final_norm.device, setup.fp8_dtype
+    x = ds.batch_input(setup, sh.hidden, batch, args.seed, device)
+    caches = ds.caches_for(setup.layers, batch)
+    pos = args.kv_len - 1
+
+    def of(model, env=None):
+        return (lambda: model(x, caches, pos)), env or {}
+
+    def all_gemms(gemm):
+        return {g: gemm for g in GEMMS}
+
+    variants = {"ours": of(build(setup, args, all_gemms(ours.gemm), ours)),
+                "torch": of(build(setup, args, all_gemms(peer.gemm), peer))}
+    if "swap" in own.study:
+        for g in GEMMS:
+            variants[f"ours, {g} on torch"] = of(build(setup, args, {**all_gemms(ours.gemm), g: peer.gemm}, ours))
+        variants["ours, all GEMMs on torch"] = of(build(setup, args, all_gemms(peer.gemm), ours))
+    if "skip" in own.study:
+        swiglu_out = torch.zeros(batch, sh.intermediate, device=device).to(fp8)
+        quant_out = torch.zeros(batch, sh.heads * sh.head_dim, device=device).to(fp8)
+        norm_out = torch.zeros(batch, sh.hidden, device=device).to(fp8)
+        attention_out = torch.zeros(batch, sh.heads * sh.head_dim, device=device, dtype=setup.dtype)
+
+        def no_norm(x, residual, weight, eps, scale, out_dtype):
+            return x if out_dtype is None else norm_out  # the final norm (16-bit out) passes x through
+
+        skipped = {"swiglu": ours._replace(silu_and_mul=lambda *a: swiglu_out),
+                   "quant": ours._replace(quantize=lambda *a: quant_out),
+                   "rmsnorm": ours._replace(add_rms_norm=no_norm)}
+        skipped["elementwise"] = ours._replace(silu_and_mul=skipped["swiglu"].silu_and_mul,
+                                               quantize=skipped["quant"].quantize, add_rms_norm=no_norm)
+        for name, ops in skipped.items():
+            variants[f"ours, no {name}"] = of(build(setup, args, all_gemms(ours.gemm), ops))
+        variants["ours, no attention"] = of(build(setup, args, all_gemms(ours.gemm), ours,
+                                                  lambda *a: attention_out))
+        variants["ours, GEMMs only"] = of(build(setup, args, all_gemms(ours.gemm), skipped["elementwise"],
+                                                lambda *a: attention_out))
+    if "chain" in own.study:
+        in_features = {"qkv": sh.hidden, "o": sh.heads * sh.head_dim, "gate_up": sh.hidden,
+                       "down": sh.intermediate}
+        a = {g: (4 * torch.randn(batch, k, device=device)).to(fp8) for g, k in in_features.items()}
+        one = torch.ones((), device=device)
+
+        def chain(gemm, classes):
+            def run():
+                for w in setup.layers:
+                    for g in classes:
+                        gemm(a[g], getattr(w, g), one, one, None, setup.dtype)
+            return run
+
+        variants["GEMM chain, ours"] = (chain(ours.gemm, GEMMS), {})
+        variants["GEMM chain, ours, no PDL"] = (chain(ours.gemm, GEMMS), {"FP8DK_PDL": "0"})
+        variants["GEMM chain, torch"] = (chain(peer.gemm, GEMMS), {})
+        for g in GEMMS:
+            variants[f"{g} chain, ours"] = (chain(ours.gemm, (g,)), {})
+            variants[f"{g} chain, torch"] = (chain(peer.gemm, (g,)), {})
+    if "env" in own.study:
+        for label, env in own.env_variants.items():
+            variants[f"ours, {label}"] = (variants["ours"][0], env)
+    return variants
+
+
+def time_ms(step: Callable, env: dict, kernel, args, device) -> float:
+    """Median step time: CUDA-graph replays on a GPU (the graph captured under `env`), eager steps on CPU."""
+    with kernel.tuning_overrides(env):
+        step()  # the torch build compiles its functions at the first call
+        if device.type != "cuda":
+            return statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS))
+        ds.CudaGraphTimer.warm_up([step])
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            step()
+    ds.CudaGraphTimer.replay_ms(graph, ds.WARMUP_STEPS)
+    return statistics.median(ds.CudaGraphTimer.replay_ms(graph, args.replays))
+
+
+def kernel_label(name: str) -> str:
+    for key, label in (("rms_norm", "rmsnorm"), ("skinny_gemm", "gemm"), ("silu", "swiglu"), ("quantize", "quant"),
+                       ("nvjet", "cuBLAS"), ("sdpa", "sdpa"), ("flash", "sdpa"), ("triton", "triton")):
+        if key in name:
+            return label if label != "triton" else name[:48]
+    return name.split("<")[0].split("(")[0][-48:]
+
+
+def timeline(step: Callable, layers: int) -> List[dict]:
+    """layer_timeline of TIMELINE_REPLAYS graph replays of `step`."""
+    ds.CudaGraphTimer.warm_up([step])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    ds.CudaGraphTimer.replay_ms(graph, ds.WARMUP_STEPS)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(TIMELINE_REPLAYS):
+            graph.replay()
+        torch.cuda.synchronize()
+    kernels = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    return layer_timeline(kernels, TIMELINE_REPLAYS, layers)
+
+
+def layer_timeline(kernels: List[tuple], replays: int, layers: int) -> List[dict]:
+    """Per position in a layer: mean start (from the layer's first kernel), duration and gap to the previous
+    kernel's end, in microseconds, over the middle layers of `replays` steps, from (start, end, name) of every
+    kernel. A step: the residual's zeros, `layers` runs of one layer's kernels, the final norm (one kernel of
+    ours, two of the torch build's). Kernels that start together may swap places from layer to layer (PDL), so a
+    position's kernel is the one most often found there."""
+    kernels = sorted(kernels)
+    per_step = len(kernels) // replays
+    per_layer = (per_step - 2) // layers
+    edge = min(TIMELINE_EDGE_LAYERS, layers // 4)
+    rows = defaultdict(lambda: defaultdict(list))
+    for r in range(replays):
+        for layer in range(edge, layers - edge):
+            first = r * per_step + 1 + layer * per_layer
+            ks = kernels[first:first + per_layer]
+            for i, (s, e, name) in enumerate(ks):
+                rows[i]["start"].append(s - ks[0][0])
+                rows[i]["duration"].append(e - s)
+                rows[i]["gap"].append(s - kernels[first + i - 1][1])
+                rows[i]["names"].append(kernel_label(name))
+    return [{"position": i, "kernel": statistics.mode(v["names"]),
+             **{k: statistics.mean(v[k]) for k in ("start", "duration", "gap")}} for i, v in sorted(rows.items())]
+
+
+def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, batches, timing: str) -> str:
+    lines = [f"# Decode step attribution, {env['device']['name']}", "",
+             f"torch {env['torch']}, git {env['git_revision']}, {env['date']}. Time of a step (or of a GEMM chain): "
+             f"the median over the rounds of each round's median of {timing}. vs ours: the variant's step less our "
+             "build's; torch / variant: the torch build's step over the variant's.", ""]
+    for batch in batches:
+        rows = [r for r in results if r["batch"] == batch]
+
+        def median_of(variant):
+            return statistics.median(r["ms"] for r in rows if r["variant"] == variant)
+
+        ours, peer = median_of("ours"), median_of("torch")
+        lines += [f"## batch {batch}", "", "| variant | ms | vs ours (ms) | torch / variant | rounds (ms) |",
+                  "|---|---:|---:|---:|---|"]
+        for variant in dict.fromkeys(r["variant"] for r in rows):
+            ms = median_of(variant)
+            chain = " chain, " in variant
+            delta = "" if chain else f"{ms - ours:+.3f}"
+            speedup = "" if chain else f"{peer / ms:.3f}x"
+            samples = ", ".join(f"{r['ms']:.3f}" for r in rows if r["variant"] == variant)
+            lines.append(f"| {variant} | {ms:.3f} | {delta} | {speedup} | {samples} |")
+        lines.append("")
+        for key, table in timelines.items():
+            if key.endswith(f"batch {batch}"):
+                lines += [f"### timeline, {key}", "", "| position | kernel | start (us) | duration (us) | gap (us) |",
+                          "|---:|---|---:|---:|---:|"]
+                lines += [f"| {t['position']} | {t['kernel']} | {t['start']:.2f} | {t['duration']:.2f} | "
+                          f"{t['gap']:.2f} |" for t in table]
+                lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    own, args = parse_args(argv)
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    device = ds.device_of(args)
+    setup = ds.make_setup(args, ds.Dist(), device)
+    results, timelines = [], {}
+    for batch in args.batch:
+        ds.fresh_compile_cache()
+        variants = step_variants(setup, args, own, batch)
+        for round_ in range(own.rounds):
+            for name, (step, env) in variants.items():
+                ms = time_ms(step, env, setup.kernel, args, device)
+                results.append({"batch": batch, "variant": name, "round": round_, "ms": ms})
+                print(f"batch {batch:3d} round {round_} {name:32s} {ms:9.3f} ms", flush=True)
+        if "timeline" in own.study and device.type == "cuda":
+            for path in ("ours", "torch"):
+                timelines[f"{path}, batch {batch}"] = timeline(variants[path][0], setup.shard.layers)
+    info = ds.describe_device(args.device)
+    env = {"device": info, "torch": torch.__version__, "git_revision": ds.git_revision(),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    out = args.out or ds.REPO / "benchmarks" / "results" / ds.device_slug(info, args.device) / "decode-attribution"
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"{args.model}_shard{args.shard_of}_l{setup.shard.layers}"
+    record = {"environment": env, "studies": own.study, "env_variants": own.env_variants,
+              "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+              "results": results, "timelines": timelines}
+    (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    timing = "CUDA-graph replays" if device.type == "cuda" else "eager steps"
+    text = markdown(results, timelines, env, args.batch, timing)
+    (out / f"{name}.md").write_text(text)
+    print(text)
+    print(f"wrote {out / name}.{{md,json}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
