@@ -5,7 +5,8 @@ profiles eager steps without PDL, which gives each kernel its own duration but n
     python tools/build.py                                          # once: the local build this script loads
     python benchmarks/decode_attribution.py                         # 405B TP8 shard, batch 1 and 32, all studies
     python benchmarks/decode_attribution.py --study swap skip --batch 32
-    python benchmarks/decode_attribution.py --study env --env "128 CTAs:FP8DK_SKINNY_TMA_CTAS=128"
+    python benchmarks/decode_attribution.py --study env --env "128 CTAs:FP8DK_SKINNY_TMA_CTAS=128" \
+        --env "o stream-K:o:FP8DK_SKINNY_TMA_WHOLE_TILES=0"
     python benchmarks/decode_attribution.py --device cpu --layers 1 --hidden 256 --heads 16 --kv-heads 8 \\
         --head-dim 32 --intermediate 1024 --kv-len 16 --batch 2 --replays 3 --no-compile    # CPU smoke
 
@@ -18,7 +19,8 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
             but the GEMMs
   chain     the step's GEMMs alone, back to back in model order (ours with and without PDL, torch), then each
             class alone: the GEMMs' time without the other kernels
-  env       our build under tuning variables (--env LABEL:KEY=VALUE[,KEY=VALUE]), set when the graph is captured
+  env       our build under tuning variables (--env LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE]), set when the graph is
+            captured: for every launch, or with GEMM (qkv, o, gate_up, down) for that class's GEMMs only
   timeline  per position in a layer: mean start, duration and gap to the previous kernel end, over the layers
             of a few graph replays (torch.profiler's CUDA activity records the kernels of graph launches; a
             kernel launched with PDL starts before its predecessor ends and waits: its duration includes that)
@@ -50,7 +52,7 @@ def parse_args(argv=None):
                                 add_help=False)
     p.add_argument("-h", "--help", action="store_true")
     p.add_argument("--study", nargs="+", choices=STUDIES, default=list(STUDIES))
-    p.add_argument("--env", action="append", default=[], metavar="LABEL:KEY=VALUE[,KEY=VALUE]",
+    p.add_argument("--env", action="append", default=[], metavar="LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE]",
                    help="a variant of the env study (repeatable)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every variant")
     own, rest = p.parse_known_args(argv)
@@ -61,12 +63,14 @@ def parse_args(argv=None):
     if "--batch" not in rest:
         rest += ["--batch", "1", "32"]
     step_args = ds.parse_args(rest)
-    own.env_variants = {}
+    own.env_variants = {}  # label -> (GEMM class or None for every launch, variables)
     for spec in own.env:
         label, _, settings = spec.partition(":")
+        gemm, colon, rest = settings.partition(":")
+        gemm, settings = (gemm, rest) if colon and gemm in GEMMS else (None, settings)
         if not settings or "=" not in settings:
-            p.error(f"--env {spec!r}: expected LABEL:KEY=VALUE[,KEY=VALUE]")
-        own.env_variants[label] = dict(item.split("=", 1) for item in settings.split(","))
+            p.error(f"--env {spec!r}: expected LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE], GEMM one of {', '.join(GEMMS)}")
+        own.env_variants[label] = (gemm, dict(item.split("=", 1) for item in settings.split(",")))
     if "env" in own.study and not own.env_variants and "--study" in (argv or sys.argv[1:]):
         p.error("--study env needs at least one --env")
     return own, step_args
@@ -155,9 +159,22 @@ def step_variants(setup, args, own, batch: int) -> Dict[str, tuple]:
             variants[f"{g} chain, ours"] = (chain(ours.gemm, (g,)), {})
             variants[f"{g} chain, torch"] = (chain(peer.gemm, (g,)), {})
     if "env" in own.study:
-        for label, env in own.env_variants.items():
-            variants[f"ours, {label}"] = (variants["ours"][0], env)
+        for label, (gemm, env) in own.env_variants.items():
+            if gemm is None:
+                variants[f"ours, {label}"] = (variants["ours"][0], env)
+            else:
+                tuned = with_tuning(ours.gemm, env, setup.kernel)
+                variants[f"ours, {label}"] = of(build(setup, args, {**all_gemms(ours.gemm), gemm: tuned}, ours))
     return variants
+
+
+def with_tuning(gemm: Callable, env: dict, kernel) -> Callable:
+    """gemm launched under the tuning variables `env` (the plan is made at launch, so a graph captured with it
+    keeps that plan)."""
+    def tuned(*args):
+        with kernel.tuning_overrides(env):
+            return gemm(*args)
+    return tuned
 
 
 def time_ms(step: Callable, env: dict, kernel, args, device) -> float:

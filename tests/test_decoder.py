@@ -347,7 +347,8 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
     script = REPO_ROOT / "benchmarks" / "decode_attribution.py"
     if not script.is_file():
         pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
-    command = [sys.executable, str(script), "--env", "no PDL:FP8DK_PDL=0", "--rounds", "1",
+    command = [sys.executable, str(script), "--env", "no PDL:FP8DK_PDL=0",
+               "--env", "o, 2 stages:o:FP8DK_SKINNY_TMA_STAGES=2", "--rounds", "1",
                "--repo-id", REPO_ID, "--device", device, "--layers", "2", "--hidden", "128", "--heads", "16",
                "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16", "--batch", "2",
                "--replays", "30" if device == "cuda" else "3", "--no-compile", "--out", str(tmp_path)]
@@ -357,7 +358,7 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
     record = json.loads(report.read_text())
     variants = {r["variant"] for r in record["results"]}
     expected = {"ours", "torch", "ours, all GEMMs on torch", "ours, GEMMs only", "GEMM chain, ours, no PDL",
-                "ours, no PDL"} | {f"ours, {g} on torch" for g in ("qkv", "o", "gate_up", "down")}
+                "ours, no PDL", "ours, o, 2 stages"} | {f"ours, {g} on torch" for g in ("qkv", "o", "gate_up", "down")}
     assert expected <= variants
     assert all(r["ms"] > 0 for r in record["results"])
     if device == "cuda":
