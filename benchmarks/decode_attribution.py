@@ -51,7 +51,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 add_help=False)
     p.add_argument("-h", "--help", action="store_true")
-    p.add_argument("--study", nargs="+", choices=STUDIES, default=list(STUDIES))
+    p.add_argument("--study", nargs="+", choices=STUDIES, help="default: all (env only with --env)")
     p.add_argument("--env", action="append", default=[], metavar="LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE]",
                    help="a variant of the env study (repeatable)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every variant")
@@ -71,7 +71,9 @@ def parse_args(argv=None):
         if not settings or "=" not in settings:
             p.error(f"--env {spec!r}: expected LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE], GEMM one of {', '.join(GEMMS)}")
         own.env_variants[label] = (gemm, dict(item.split("=", 1) for item in settings.split(",")))
-    if "env" in own.study and not own.env_variants and "--study" in (argv or sys.argv[1:]):
+    if own.study is None:
+        own.study = [study for study in STUDIES if study != "env" or own.env_variants]
+    elif "env" in own.study and not own.env_variants:
         p.error("--study env needs at least one --env")
     return own, step_args
 
@@ -101,71 +103,86 @@ def build(setup: ds.Setup, args, gemm_of: Dict[str, Callable], elementwise, atte
 def step_variants(setup, args, own, batch: int) -> Dict[str, tuple]:
     """name -> (step function, tuning environment) of the requested studies at one batch size."""
     paths = ds.path_ops(setup, args)
-    ours, peer = paths["ours"], paths["torch"]
-    sh, device, fp8 = setup.shard, setup.final_norm.device, setup.fp8_dtype
-    x = ds.batch_input(setup, sh.hidden, batch, args.seed, device)
+    x = ds.batch_input(setup, setup.shard.hidden, batch, args.seed, setup.final_norm.device)
     caches = ds.caches_for(setup.layers, batch)
     pos = args.kv_len - 1
 
-    def of(model, env=None):
-        return (lambda: model(x, caches, pos)), env or {}
+    def step_of(model):
+        return (lambda: model(x, caches, pos)), {}
 
-    def all_gemms(gemm):
-        return {g: gemm for g in GEMMS}
+    def model(gemm_of=None, elementwise=None, attention=None):
+        """Our build, with the given GEMMs (class -> function), elementwise ops and attention instead of ours."""
+        gemms = {g: paths["ours"].gemm for g in GEMMS} | (gemm_of or {})
+        return build(setup, args, gemms, elementwise or paths["ours"], attention)
 
-    variants = {"ours": of(build(setup, args, all_gemms(ours.gemm), ours)),
-                "torch": of(build(setup, args, all_gemms(peer.gemm), peer))}
+    variants = {"ours": step_of(model()),
+                "torch": step_of(model({g: paths["torch"].gemm for g in GEMMS}, paths["torch"]))}
     if "swap" in own.study:
         for g in GEMMS:
-            variants[f"ours, {g} on torch"] = of(build(setup, args, {**all_gemms(ours.gemm), g: peer.gemm}, ours))
-        variants["ours, all GEMMs on torch"] = of(build(setup, args, all_gemms(peer.gemm), ours))
+            variants[f"ours, {g} on torch"] = step_of(model({g: paths["torch"].gemm}))
+        variants["ours, all GEMMs on torch"] = step_of(model({g: paths["torch"].gemm for g in GEMMS}))
     if "skip" in own.study:
-        swiglu_out = torch.zeros(batch, sh.intermediate, device=device).to(fp8)
-        quant_out = torch.zeros(batch, sh.heads * sh.head_dim, device=device).to(fp8)
-        norm_out = torch.zeros(batch, sh.hidden, device=device).to(fp8)
-        attention_out = torch.zeros(batch, sh.heads * sh.head_dim, device=device, dtype=setup.dtype)
-
-        def no_norm(x, residual, weight, eps, scale, out_dtype):
-            return x if out_dtype is None else norm_out  # the final norm (16-bit out) passes x through
-
-        skipped = {"swiglu": ours._replace(silu_and_mul=lambda *a: swiglu_out),
-                   "quant": ours._replace(quantize=lambda *a: quant_out),
-                   "rmsnorm": ours._replace(add_rms_norm=no_norm)}
-        skipped["elementwise"] = ours._replace(silu_and_mul=skipped["swiglu"].silu_and_mul,
-                                               quantize=skipped["quant"].quantize, add_rms_norm=no_norm)
-        for name, ops in skipped.items():
-            variants[f"ours, no {name}"] = of(build(setup, args, all_gemms(ours.gemm), ops))
-        variants["ours, no attention"] = of(build(setup, args, all_gemms(ours.gemm), ours,
-                                                  lambda *a: attention_out))
-        variants["ours, GEMMs only"] = of(build(setup, args, all_gemms(ours.gemm), skipped["elementwise"],
-                                                lambda *a: attention_out))
+        for name, (elementwise, attention) in skipped_ops(setup, paths["ours"], batch).items():
+            variants[f"ours, {name}"] = step_of(model(elementwise=elementwise, attention=attention))
     if "chain" in own.study:
-        in_features = {"qkv": sh.hidden, "o": sh.heads * sh.head_dim, "gate_up": sh.hidden,
-                       "down": sh.intermediate}
-        a = {g: (4 * torch.randn(batch, k, device=device)).to(fp8) for g, k in in_features.items()}
-        one = torch.ones((), device=device)
-
-        def chain(gemm, classes):
-            def run():
-                for w in setup.layers:
-                    for g in classes:
-                        gemm(a[g], getattr(w, g), one, one, None, setup.dtype)
-            return run
-
-        variants["GEMM chain, ours"] = (chain(ours.gemm, GEMMS), {})
-        variants["GEMM chain, ours, no PDL"] = (chain(ours.gemm, GEMMS), {"FP8DK_PDL": "0"})
-        variants["GEMM chain, torch"] = (chain(peer.gemm, GEMMS), {})
-        for g in GEMMS:
-            variants[f"{g} chain, ours"] = (chain(ours.gemm, (g,)), {})
-            variants[f"{g} chain, torch"] = (chain(peer.gemm, (g,)), {})
+        variants |= gemm_chains(setup, paths, batch)
     if "env" in own.study:
         for label, (gemm, env) in own.env_variants.items():
             if gemm is None:
                 variants[f"ours, {label}"] = (variants["ours"][0], env)
             else:
-                tuned = with_tuning(ours.gemm, env, setup.kernel)
-                variants[f"ours, {label}"] = of(build(setup, args, {**all_gemms(ours.gemm), gemm: tuned}, ours))
+                tuned = with_tuning(paths["ours"].gemm, env, setup.kernel)
+                variants[f"ours, {label}"] = step_of(model({gemm: tuned}))
     return variants
+
+
+def skipped_ops(setup, ours, batch: int) -> Dict[str, tuple]:
+    """name -> (elementwise DecodeOps, attention or None) of the skip study: ops replaced by no-ops that return a
+    preallocated tensor of the right shape (timing only: the step's output is wrong)."""
+    sh, device, fp8 = setup.shard, setup.final_norm.device, setup.fp8_dtype
+    swiglu_out = torch.zeros(batch, sh.intermediate, device=device).to(fp8)
+    quant_out = torch.zeros(batch, sh.heads * sh.head_dim, device=device).to(fp8)
+    norm_out = torch.zeros(batch, sh.hidden, device=device).to(fp8)
+    attention_out = torch.zeros(batch, sh.heads * sh.head_dim, device=device, dtype=setup.dtype)
+
+    def no_norm(x, residual, weight, eps, scale, out_dtype):
+        return x if out_dtype is None else norm_out  # the final norm (16-bit out) passes x through
+
+    def no_attention(*args):
+        return attention_out
+
+    none = ours._replace(silu_and_mul=lambda *a: swiglu_out, quantize=lambda *a: quant_out, add_rms_norm=no_norm)
+    return {"no swiglu": (ours._replace(silu_and_mul=none.silu_and_mul), None),
+            "no quant": (ours._replace(quantize=none.quantize), None),
+            "no rmsnorm": (ours._replace(add_rms_norm=no_norm), None),
+            "no elementwise": (none, None),
+            "no attention": (ours, no_attention),
+            "GEMMs only": (none, no_attention)}
+
+
+def gemm_chains(setup, paths, batch: int) -> Dict[str, tuple]:
+    """The chain study: the step's GEMMs alone on fixed FP8 inputs, all four classes in model order (ours with
+    and without PDL, torch's), then each class alone."""
+    sh, device, fp8 = setup.shard, setup.final_norm.device, setup.fp8_dtype
+    in_features = {"qkv": sh.hidden, "o": sh.heads * sh.head_dim, "gate_up": sh.hidden, "down": sh.intermediate}
+    a = {g: (4 * torch.randn(batch, k, device=device)).to(fp8) for g, k in in_features.items()}
+    one = torch.ones((), device=device)
+
+    def chain(gemm, classes):
+        def run():
+            for w in setup.layers:
+                for g in classes:
+                    gemm(a[g], getattr(w, g), one, one, None, setup.dtype)
+        return run
+
+    ours, peer = paths["ours"].gemm, paths["torch"].gemm
+    chains = {"GEMM chain, ours": (chain(ours, GEMMS), {}),
+              "GEMM chain, ours, no PDL": (chain(ours, GEMMS), {"FP8DK_PDL": "0"}),
+              "GEMM chain, torch": (chain(peer, GEMMS), {})}
+    for g in GEMMS:
+        chains[f"{g} chain, ours"] = (chain(ours, (g,)), {})
+        chains[f"{g} chain, torch"] = (chain(peer, (g,)), {})
+    return chains
 
 
 def with_tuning(gemm: Callable, env: dict, kernel) -> Callable:

@@ -1,9 +1,10 @@
-"""(Session 14, as run on an H100 with CuPy: experiments/l2-prefetch-o-132ctas.json. The run before,
-experiments/l2-prefetch-o-1cta.json, launched one CTA of 128 threads: KERN((1,), (128,), ...), and also timed
-the main-stream variant at 60%.)
+"""Session 14 on an H100, with CuPy: benchmarks/results/nvidia-h100/session14-2026-11-26/experiments/
+l2-prefetch-o-132ctas.json. The run before (l2-prefetch-o-1cta.json) launched one CTA of 128 threads,
+KERN((1,), (128,), ...), and also timed the main-stream variant at 60%. Those runs imported the first version of
+benchmarks/decode_attribution.py (the same build(), 40 replays a timing).
 
-Prefetch the O projection's weights into L2 during attention with cp.async.bulk.prefetch.L2 (one small CTA,
-fire-and-forget), on a side stream or on the main stream right after the QKV GEMM."""
+Prefetch the O projection's weights into L2 during attention with cp.async.bulk.prefetch.L2 (GRID CTAs of one
+warp, fire-and-forget), on a side stream or on the main stream right after the QKV GEMM."""
 import json
 import sys
 from pathlib import Path
@@ -12,9 +13,8 @@ import cupy
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-import attrib  # noqa: E402
+import decode_attribution as attribution  # noqa: E402
 import decode_step as ds  # noqa: E402
 
 CODE = r'''
@@ -77,7 +77,7 @@ def main():
     models = {}
     for name, fraction, side in (("ours", 0, False), ("pf o 100% side", 1.0, True), ("pf o 60% side", 0.6, True),
                                  ("pf o 30% side", 0.3, True), ("pf o 100% main", 1.0, False)):
-        m = attrib.build(setup, args, {c: ours.gemm for c in attrib.CLASSES}, ours)
+        m = attribution.build(setup, args, {c: ours.gemm for c in attribution.GEMMS}, ours)
         for layer, w in zip(m.layers, setup.layers):
             layer.qkv = Prefetching(layer.qkv, w.o, fraction, side, flag)
         models[name] = m
@@ -95,7 +95,7 @@ def main():
                         torch.cuda.current_stream().wait_stream(SIDE)
                     return y
                 step()
-                ms = attrib.graph_ms(step, k, 40)
+                ms = attribution.time_ms(step, {}, k, args, device)
                 flag.clear()
                 results.append({"batch": batch, "variant": name, "rep": rep, "ms": ms})
                 print(f"batch {batch:3d} rep {rep} {name:28s} {ms:8.3f} ms", flush=True)

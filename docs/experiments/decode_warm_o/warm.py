@@ -1,4 +1,5 @@
-"""(Session 14, as run on an H100: experiments/warm-o-side-reduction.json.)
+"""Session 14 on an H100: benchmarks/results/nvidia-h100/session14-2026-11-26/experiments/warm-o-side-reduction.json.
+That run imported the first version of benchmarks/decode_attribution.py (the same build(), 40 replays a timing).
 
 Does warming the O projection's weights in L2 during attention (DRAM is idle there) shorten the step?
 Experiment: after the QKV GEMM, a side stream reads the O weights (a plain reduction kernel) while the main stream
@@ -9,9 +10,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
-import attrib  # noqa: E402
+import decode_attribution as attribution  # noqa: E402
 import decode_step as ds  # noqa: E402
 
 SIDE = None
@@ -53,7 +53,7 @@ def main():
     for path in ("ours", "torch"):
         for fraction in ((0.0, 1.0, 0.5) if path == "ours" else (0.0, 1.0)):
             ops = paths[path]
-            m = attrib.build(setup, args, {c: ops.gemm for c in attrib.CLASSES}, ops)
+            m = attribution.build(setup, args, {c: ops.gemm for c in attribution.GEMMS}, ops)
             for layer, w in zip(m.layers, setup.layers):
                 layer.qkv = Warming(layer.qkv, w.o, fraction, sink)
             models[f"{path}, warm o {fraction:.0%}"] = m
@@ -72,7 +72,7 @@ def main():
                         torch.cuda.current_stream().wait_stream(SIDE)
                     return y
                 step()
-                ms = attrib.graph_ms(step, k, 40)
+                ms = attribution.time_ms(step, {}, k, args, device)
                 sink.clear()
                 results.append({"batch": batch, "variant": name, "rep": rep, "ms": ms})
                 print(f"batch {batch:3d} rep {rep} {name:28s} {ms:8.3f} ms", flush=True)
