@@ -195,17 +195,13 @@ def with_tuning(gemm: Callable, env: dict, kernel) -> Callable:
 
 
 def time_ms(step: Callable, env: dict, kernel, args, device) -> float:
-    """Median step time: CUDA-graph replays on a GPU (the graph captured under `env`), eager steps on CPU."""
+    """Median step time: decode_step.py's CUDA-graph replays on a GPU (the graph captured under `env`), eager
+    steps on CPU."""
     with kernel.tuning_overrides(env):
         step()  # the torch build compiles its functions at the first call
         if device.type != "cuda":
             return statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS))
-        ds.CudaGraphTimer.warm_up([step])
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            step()
-    ds.CudaGraphTimer.replay_ms(graph, ds.WARMUP_STEPS)
-    return statistics.median(ds.CudaGraphTimer.replay_ms(graph, args.replays))
+        return statistics.median(ds.graph_step_ms(step, args.replays))
 
 
 def kernel_label(name: str) -> str:
