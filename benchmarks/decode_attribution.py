@@ -3,9 +3,9 @@ dependent launch (PDL), where one kernel's head overlaps the previous one's tail
 profiles eager steps without PDL, which gives each kernel its own duration but not its cost on the step.
 
     python tools/build.py                                          # once: the local build this script loads
-    python benchmarks/decode_attribution.py                         # 405B TP8 shard, batch 1 and 32, all studies
+    python benchmarks/decode_attribution.py                         # 405B TP8 shard, batch 1 and 32, every study but env
     python benchmarks/decode_attribution.py --study swap skip --batch 32
-    python benchmarks/decode_attribution.py --study env --env "128 CTAs:FP8DK_SKINNY_TMA_CTAS=128" \
+    python benchmarks/decode_attribution.py --study env --env "128 CTAs:FP8DK_SKINNY_TMA_CTAS=128" \\
         --env "o stream-K:o:FP8DK_SKINNY_TMA_WHOLE_TILES=0"
     python benchmarks/decode_attribution.py --device cpu --layers 1 --hidden 256 --heads 16 --kv-heads 8 \\
         --head-dim 32 --intermediate 1024 --kv-len 16 --batch 2 --replays 3 --no-compile    # CPU smoke
