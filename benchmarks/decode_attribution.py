@@ -3,7 +3,7 @@ dependent launch (PDL), where one kernel's head overlaps the previous one's tail
 profiles eager steps without PDL, which gives each kernel its own duration but not its cost on the step.
 
     python tools/build.py                                          # once: the local build this script loads
-    python benchmarks/decode_attribution.py                         # 405B TP8 shard, batch 1 and 32, every study but env
+    python benchmarks/decode_attribution.py                         # 405B TP8 shard, batch 1 and 32, all but env
     python benchmarks/decode_attribution.py --study swap skip --batch 32
     python benchmarks/decode_attribution.py --study env --env "128 CTAs:FP8DK_SKINNY_TMA_CTAS=128" \\
         --env "o stream-K:o:FP8DK_SKINNY_TMA_WHOLE_TILES=0"
