@@ -382,13 +382,15 @@ def test_decode_attribution_layer_timeline():
         sys.path.remove(str(script.parent))
     layers, kernels, t = 8, [], 0.0
     for _ in range(3):
-        kernels.append((t, t + 1.0, "fill")); t += 2.0
+        kernels.append((t, t + 1.0, "fill"))
+        t += 2.0
         for _ in range(layers):
             kernels.append((t, t + 3.0, "rms_norm_cluster_kernel"))
             kernels.append((t + 1.0, t + 10.0, "skinny_gemm_tma_kernel"))
             kernels.append((t + 10.5, t + 11.5, "silu_and_mul_kernel"))
             t += 12.0
-        kernels.append((t, t + 2.0, "rms_norm_kernel")); t += 5.0
+        kernels.append((t, t + 2.0, "rms_norm_kernel"))
+        t += 5.0
     rows = module.layer_timeline(kernels[::-1], 3, layers)
     assert [(r["position"], r["kernel"]) for r in rows] == [(0, "rmsnorm"), (1, "gemm"), (2, "swiglu")]
     assert [r["start"] for r in rows] == pytest.approx([0.0, 1.0, 10.5])
