@@ -20,7 +20,8 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
   chain     the step's GEMMs alone, back to back in model order (ours with and without PDL, torch), then each
             class alone: the GEMMs' time without the other kernels
   env       our build under tuning variables (--env LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE]), set when the graph is
-            captured: for every launch, or with GEMM (qkv, o, gate_up, down) for that class's GEMMs only
+            captured: for every launch, or with GEMM (qkv, o, gate_up, down) for that class's GEMMs only; the
+            --env options of one LABEL make one variant
   timeline  per position in a layer: mean start, duration and gap to the previous kernel end, over the layers
             of a few graph replays (torch.profiler's CUDA activity records the kernels of graph launches; a
             kernel launched with PDL starts before its predecessor ends and waits: its duration includes that)
@@ -63,14 +64,15 @@ def parse_args(argv=None):
     if "--batch" not in rest:
         rest += ["--batch", "1", "32"]
     step_args = ds.parse_args(rest)
-    own.env_variants = {}  # label -> (GEMM class or None for every launch, variables)
+    own.env_variants = {}  # label -> {GEMM class, or "all" for every launch: variables}
     for spec in own.env:
         label, _, settings = spec.partition(":")
         gemm, colon, rest = settings.partition(":")
         gemm, settings = (gemm, rest) if colon and gemm in GEMMS else (None, settings)
         if not settings or "=" not in settings:
             p.error(f"--env {spec!r}: expected LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE], GEMM one of {', '.join(GEMMS)}")
-        own.env_variants[label] = (gemm, dict(item.split("=", 1) for item in settings.split(",")))
+        scope = own.env_variants.setdefault(label, {}).setdefault(gemm or "all", {})
+        scope.update(item.split("=", 1) for item in settings.split(","))
     if own.study is None:
         own.study = [study for study in STUDIES if study != "env" or own.env_variants]
     elif "env" in own.study and not own.env_variants:
@@ -127,12 +129,10 @@ def step_variants(setup, args, own, batch: int) -> Dict[str, tuple]:
     if "chain" in own.study:
         variants |= gemm_chains(setup, paths, batch)
     if "env" in own.study:
-        for label, (gemm, env) in own.env_variants.items():
-            if gemm is None:
-                variants[f"ours, {label}"] = (variants["ours"][0], env)
-            else:
-                tuned = with_tuning(paths["ours"].gemm, env, setup.kernel)
-                variants[f"ours, {label}"] = step_of(model({gemm: tuned}))
+        for label, scopes in own.env_variants.items():
+            tuned = {g: with_tuning(paths["ours"].gemm, env, setup.kernel) for g, env in scopes.items() if g != "all"}
+            step = variants["ours"][0] if not tuned else step_of(model(tuned))[0]
+            variants[f"ours, {label}"] = (step, scopes.get("all", {}))
     return variants
 
 

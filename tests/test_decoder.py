@@ -348,7 +348,8 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
     if not script.is_file():
         pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
     command = [sys.executable, str(script), "--env", "no PDL:FP8DK_PDL=0",
-               "--env", "o, 2 stages:o:FP8DK_SKINNY_TMA_STAGES=2", "--rounds", "1",
+               "--env", "o, 2 stages:o:FP8DK_SKINNY_TMA_STAGES=2", "--env", "o, 2 stages:FP8DK_PDL=0",
+               "--rounds", "1",
                "--repo-id", REPO_ID, "--device", device, "--layers", "2", "--hidden", "128", "--heads", "16",
                "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16", "--batch", "2",
                "--replays", "30" if device == "cuda" else "3", "--no-compile", "--out", str(tmp_path)]
@@ -361,6 +362,7 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
                 "ours, no PDL", "ours, o, 2 stages"} | {f"ours, {g} on torch" for g in ("qkv", "o", "gate_up", "down")}
     assert expected <= variants
     assert all(r["ms"] > 0 for r in record["results"])
+    assert record["env_variants"]["o, 2 stages"] == {"o": {"FP8DK_SKINNY_TMA_STAGES": "2"}, "all": {"FP8DK_PDL": "0"}}
     if device == "cuda":
         kernels = {row["kernel"] for row in record["timelines"]["ours, batch 2"]}
         assert {"gemm", "rmsnorm", "swiglu", "quant"} <= kernels, kernels
