@@ -40,7 +40,6 @@ from typing import Callable, Dict, List
 import torch
 
 import decode_step as ds
-import decoder
 
 GEMMS = ("qkv", "o", "gate_up", "down")
 STUDIES = ("swap", "skip", "chain", "env", "timeline")
@@ -81,25 +80,10 @@ def parse_args(argv=None):
 
 
 def build(setup: ds.Setup, args, gemm_of: Dict[str, Callable], elementwise, attention=None):
-    """The decoder of decode_step.py over the shared weights, with the GEMM of each class from `gemm_of`, the
-    other ops from `elementwise` (a DecodeOps) and `attention` (default SDPA)."""
-    convert, shard, scales = setup.kernel.convert, setup.shard, setup.scales
-    attention = attention or decoder.SdpaDecodeAttention(shard.heads, shard.kv_heads, shard.head_dim)
-
-    def ops(gemm: str):
-        return elementwise._replace(gemm=gemm_of[gemm])
-
-    def linear(gemm, weight, weight_scale, input_scale):
-        return convert.Fp8Linear(weight, weight_scale, input_scale, None, setup.dtype, ops(gemm))
-
-    blocks = [decoder.Fp8DecoderLayer(
-        w.input_norm, w.post_norm, shard.eps,
-        linear("qkv", w.qkv, scales.qkv_w, scales.qkv_in), linear("o", w.o, scales.o_w, scales.o_in),
-        convert.Fp8LlamaMLP(linear("gate_up", w.gate_up, scales.gate_up_w, scales.gate_up_in),
-                            linear("down", w.down, scales.down_w, scales.down_in), ops("down")),
-        attention, None, elementwise) for w in setup.layers]
-    rope = decoder.rope_tables(args.kv_len, shard.head_dim, shard.rope_theta, setup.dtype, setup.final_norm.device)
-    return decoder.Fp8Decoder(blocks, setup.final_norm, shard.eps, rope, elementwise)
+    """decode_step.py's model over the shared weights, with the GEMM of each class from `gemm_of`, the other ops
+    from `elementwise` (a DecodeOps) and `attention` (default SDPA)."""
+    return ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales,
+                          elementwise, None, setup.dtype, args.kv_len, gemm_of, attention)
 
 
 def step_variants(setup, args, own, batch: int) -> Dict[str, tuple]:

@@ -335,22 +335,28 @@ def torch_ops(convert, reference, compile_elementwise: bool):
 
 
 def build_model(convert, layers: List[LayerWeights], final_norm: torch.Tensor, shard: ModelShape, scales: Scales,
-                ops, all_reduce, dtype, kv_len: int):
+                ops, all_reduce, dtype, kv_len: int, gemm_of: Optional[Dict[str, Callable]] = None,
+                attention: Optional[Callable] = None):
     """The decoder over shared weights, running `ops`, with profiler ranges around every op category; its FP8
-    modules from the kernel's `convert`."""
+    modules from the kernel's `convert`. `gemm_of` (GEMM class "qkv", "o", "gate_up" or "down" -> function with
+    ops.gemm's signature) replaces ops.gemm for those classes, and `attention` torch SDPA: the variants of
+    benchmarks/decode_attribution.py."""
     ops = annotated_ops(convert, ops)
-    attention = annotated(decoder.SdpaDecodeAttention(shard.heads, shard.kv_heads, shard.head_dim), "attention")
+    attention = annotated(attention or decoder.SdpaDecodeAttention(shard.heads, shard.kv_heads, shard.head_dim),
+                          "attention")
     reduce = None if all_reduce is None else annotated(all_reduce, "communication")
 
-    def linear(weight, weight_scale, input_scale):
-        return convert.Fp8Linear(weight, weight_scale, input_scale, None, dtype, ops)
+    def linear(gemm, weight, weight_scale, input_scale):
+        own_gemm = (gemm_of or {}).get(gemm)
+        gemm_ops = ops if own_gemm is None else ops._replace(gemm=annotated(own_gemm, "GEMM"))
+        return convert.Fp8Linear(weight, weight_scale, input_scale, None, dtype, gemm_ops)
 
     blocks = [
         decoder.Fp8DecoderLayer(
             w.input_norm, w.post_norm, shard.eps,
-            linear(w.qkv, scales.qkv_w, scales.qkv_in), linear(w.o, scales.o_w, scales.o_in),
-            convert.Fp8LlamaMLP(linear(w.gate_up, scales.gate_up_w, scales.gate_up_in),
-                                linear(w.down, scales.down_w, scales.down_in), ops),
+            linear("qkv", w.qkv, scales.qkv_w, scales.qkv_in), linear("o", w.o, scales.o_w, scales.o_in),
+            convert.Fp8LlamaMLP(linear("gate_up", w.gate_up, scales.gate_up_w, scales.gate_up_in),
+                                linear("down", w.down, scales.down_w, scales.down_in), ops),
             attention, reduce, ops)
         for w in layers
     ]
