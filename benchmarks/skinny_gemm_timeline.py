@@ -8,12 +8,14 @@ Needs a diagnostic build (not for timing anything else: every CTA prints at its 
 
 Each case is run in three sequences, after a warm-up: the quantization of the activations then the GEMM (as in a
 decode step), and two GEMMs back to back with and without programmatic dependent launch (PDL). The kernel prints
-one line per CTA (`FP8DK_TL n k m grid cta out t_entry t_first_copy t_first_stage t_last_stage t_end`, global
-timer in ns); --parse groups them into launches by their entry times and reports, relative to the launch's
-first CTA entry:
+one line per CTA (`FP8DK_TL n k m grid cta out t_entry t_first_copy t_first_stage t_last_stage t_end
+t_last_warp_stage t_epilogue`, global timer in ns; t_last_stage is warp 0's, t_last_warp_stage the last consumer
+warp's, t_epilogue when the last run's reduction starts); --parse groups them into launches by their entry times
+and reports, relative to the launch's first CTA entry:
 the spread of the entries, the first copy and the first full stage (prologue and first-byte latency), the
-stream's end (first, median, last CTA), the end (last CTA), and between back-to-back launches the gap from
-the first launch's end to the second's first entry.
+stream's end (first, median, last CTA), the end (last CTA), between back-to-back launches the gap from
+the first launch's end to the second's first entry, and the tail split, medians over the CTAs: the last
+consumer warp's lag behind warp 0, the wait for the others at the reduction barrier, the reduction itself.
 """
 
 import argparse
@@ -26,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tune_skinny_gemm import LAYERS, REPO  # noqa: E402
-LINE = re.compile(r"FP8DK_TL (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)")
+LINE = re.compile(r"FP8DK_TL (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)(?: (\d+) (\d+))?")
 CASE = re.compile(r"^CASE (.*)$")
 
 
@@ -84,6 +86,10 @@ def summarize(case: str, launches: list) -> list:
         last = sorted(us(c[3]) for c in ctas if c[3])
         end = [us(c[4]) for c in ctas]
         gap = "" if prev_end is None else f" gap {(t0 - prev_end) / 1e3:6.2f}"
+        if all(c[5] and c[6] for c in ctas):  # the tail split (kernels built since session 15)
+            med = lambda f: statistics.median(f(c) / 1e3 for c in ctas)  # noqa: E731
+            gap += (f" tail: warps {med(lambda c: c[5] - c[3]):5.2f} barrier {med(lambda c: c[6] - c[5]):5.2f}"
+                    f" epilogue {med(lambda c: c[4] - c[6]):5.2f}")
         rows.append(f"{case} [{j}] ctas {len(ctas):3d} entry<= {max(entry):5.2f} copy {min(copy):5.2f}.."
                     f"{max(copy):5.2f} first-stage {min(first):5.2f}..{max(first):5.2f} stream-end "
                     f"{last[0]:6.2f}/{statistics.median(last):6.2f}/{last[-1]:6.2f} end {max(end):6.2f} "
@@ -101,7 +107,7 @@ def parse(path: Path) -> int:
             continue
         ml = LINE.search(raw)
         if ml and cases:
-            cases[-1][1].append([int(g) for g in ml.groups()])
+            cases[-1][1].append([int(g or 0) for g in ml.groups()])
     for case, lines in cases:
         # Launches told apart by their entries: a CTA entering more than 5 us after the one before it starts the
         # next launch (a launch's CTAs enter within about 1 us). The device's printf buffer may hand a line
@@ -112,7 +118,7 @@ def parse(path: Path) -> int:
             if not launches or f[6] - launches[-1][-1][6] > 5000:
                 launches.append([])
             launches[-1].append(f)
-        whole = [[f[6:11] for f in launch] for launch in launches if len(launch) == launch[0][3]]
+        whole = [[f[6:13] for f in launch] for launch in launches if len(launch) == launch[0][3]]
         for row in summarize(case, whole):
             print(row)
     return 0

@@ -275,6 +275,7 @@ __global__ void FP8DK_SKINNY_LAUNCH_BOUNDS(Ab, MP)
     e.bias = bias;
     e.out = out;
     e.out_stride = p.out_stride;
+    e.out_quads = false;  // (finish4 is the copy-engine kernel's)
     TileArgs t;
     t.red_pitch = red_pitch, t.mp = MP, t.wk = p.wk, t.block_n = p.block_n, t.n0 = n0, t.m = p.m, t.n = p.n;
     t.tile = sg.tile, t.count = sg.count, t.index = sg.index, t.ws = ws, t.counters = counters;

@@ -67,6 +67,7 @@ struct Epilogue {
   const uint16_t* bias;   // [N] in the out dtype, or nullptr
   uint16_t* out;
   long long out_stride;   // elements
+  bool out_quads;         // 4 outputs of a row starting at a multiple of 4 are 8-byte aligned (finish4)
 };
 
 // out = acc * alpha + bias as one fused multiply-add (bias -0 when absent: x + -0 is x, the sign of a zero
@@ -78,6 +79,24 @@ template <class Out>
 FP8DK_DEVICE void finish(const Epilogue& e, int m, int n, float acc) {
   const float bias = e.bias != nullptr ? Out::to_float(e.bias[n]) : -0.f;
   e.out[m * e.out_stride + n] = Out::from_float(fma_rn(acc, e.alpha, bias));
+}
+
+// Outputs n .. n + 3 of row m (n a multiple of 4), each exactly as finish() computes it: one 8-byte store
+// where e.out_quads, else four.
+template <class Out>
+FP8DK_DEVICE void finish4(const Epilogue& e, int m, int n, const float (&acc)[4]) {
+  if (!e.out_quads) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) finish<Out>(e, m, n + j, acc[j]);
+    return;
+  }
+  uint64_t bits = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float bias = e.bias != nullptr ? Out::to_float(e.bias[n + j]) : -0.f;
+    bits |= static_cast<uint64_t>(Out::from_float(fma_rn(acc[j], e.alpha, bias))) << (16 * j);
+  }
+  *reinterpret_cast<uint64_t*>(e.out + m * e.out_stride + n) = bits;
 }
 
 // How the contributions to a tile meet (above).

@@ -195,10 +195,12 @@ FP8DK_DEVICE void add_partials(const Epilogue& e, const float* ws, long long sli
       const int i = i0 + j * threads;
       if (j >= items || i >= groups) break;
       const int r = i / per_token, c = (i % per_token) * width;
-      const float vs[4] = {j == 0 ? v0.x : v1.x, j == 0 ? v0.y : v1.y, j == 0 ? v0.z : v1.z, j == 0 ? v0.w : v1.w};
-#pragma unroll
-      for (int w = 0; w < 4; ++w)
-        if (w < width) finish<Out>(e, r, n0 + c + w, vs[w]);
+      const float4 v = j == 0 ? v0 : v1;
+      if (quads) {
+        finish4<Out>(e, r, n0 + c, {v.x, v.y, v.z, v.w});
+      } else {
+        finish<Out>(e, r, n0 + c, v.x);
+      }
     }
   }
 }
@@ -242,10 +244,11 @@ FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, const float* r
       }
     }
     if (count == 1) {
-      const float vs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (j < width) finish<Out>(e, r, n0 + c + j, vs[j]);
+      if (quads) {
+        finish4<Out>(e, r, n0 + c, {v.x, v.y, v.z, v.w});
+      } else {
+        finish<Out>(e, r, n0 + c, v.x);
+      }
     } else {
       float* dst = ws + index * slice + static_cast<long long>(r) * p.n + n0 + c;
       if (quads) {
@@ -306,8 +309,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   __shared__ unsigned arrived;
   __shared__ Epilogue epilogue;
 #if defined(FP8DK_DIAG_TIMELINE)
-  __shared__ unsigned long long diag_t[5];
-  if (threadIdx.x == 0) diag_t[1] = diag_t[2] = diag_t[3] = 0, FP8DK_DIAG_MARK(0);
+  __shared__ unsigned long long diag_t[7];
+  if (threadIdx.x == 0) diag_t[1] = diag_t[2] = diag_t[3] = diag_t[5] = diag_t[6] = 0, FP8DK_DIAG_MARK(0);
 #endif
 
   constexpr int consumers = kTmaConsumerWarps;  // = p.wn * p.wk
@@ -376,6 +379,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     epilogue.bias = bias;
     epilogue.out = out;
     epilogue.out_stride = p.out_stride;
+    epilogue.out_quads = p.out_stride % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
   }
 
   if (warp > consumers) {
@@ -445,6 +449,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     if (i >= run) allow_next_grid();
 #if defined(FP8DK_DIAG_TIMELINE)
     if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(3);
+    if (lane == 0 && i >= run) atomicMax(&diag_t[5], diag_now());  // the last consumer warp's stream end
 #endif
 
     // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
@@ -467,15 +472,22 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     int run_tile, kb;  // the tile again, rather than a register held through the K loop
     work.unit(p, i - 1, run_tile, kb);
     tma::sync_threads(threads, kBarLastRun);
-    reduce_run<Out>(p, epilogue, red, run_tile, ws, counters, arrived, threadIdx.x, threads);
+#if defined(FP8DK_DIAG_TIMELINE)
+    if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
+#endif
+    // In registers: read through the shared struct, every output store (a generic store, which might alias it)
+    // made the next output reload the struct from shared memory behind that store, 2.1 us of the tail of a
+    // whole tile at 32 tokens (benchmarks/skinny_gemm_timeline.py, session 15).
+    const Epilogue e = epilogue;
+    reduce_run<Out>(p, e, red, run_tile, ws, counters, arrived, threadIdx.x, threads);
     if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
 #if defined(FP8DK_DIAG_TIMELINE)
   if (threadIdx.x == 0) {
     FP8DK_DIAG_MARK(4);
-    printf("FP8DK_TL %d %d %d %d %d %u %llu %llu %llu %llu %llu\n", p.n, p.k, p.m, gridDim.x, blockIdx.x,
+    printf("FP8DK_TL %d %d %d %d %d %u %llu %llu %llu %llu %llu %llu %llu\n", p.n, p.k, p.m, gridDim.x, blockIdx.x,
            static_cast<unsigned>(reinterpret_cast<uintptr_t>(out)), diag_t[0], diag_t[1], diag_t[2], diag_t[3],
-           diag_t[4]);
+           diag_t[4], diag_t[5], diag_t[6]);
   }
 #endif
 #else
