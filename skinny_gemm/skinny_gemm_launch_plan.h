@@ -54,7 +54,8 @@ inline int row_alignment(const void* p, long long row_stride_bytes, long long ro
 // The FP8DK_SKINNY_* tuning overrides (README "Tuning overrides").
 struct Overrides {
   bool copy_engine = true;  // FP8DK_SKINNY_TMA
-  TmaOverrides tma;         // FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES, _WHOLE_TILES, _QGMMA, _REDUCERS, _CTAS
+  TmaOverrides tma;         // FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES, _WHOLE_TILES, _QGMMA, _REDUCERS, _CTAS,
+                            // _WINDOW
   int block_n = 0;          // FP8DK_SKINNY_BLOCK_N (0: the heuristic's)
   int split_k = 0;          // FP8DK_SKINNY_SPLIT_K (0: the heuristic's)
   int stream_k = -1;        // FP8DK_SKINNY_STREAM_K: 1 or 0 (-1: the heuristic's)
@@ -77,6 +78,7 @@ inline Overrides read_overrides() {
   o.tma.qgmma = tristate("FP8DK_SKINNY_TMA_QGMMA");
   o.tma.reducers = tristate("FP8DK_SKINNY_TMA_REDUCERS");
   o.tma.ctas = positive("FP8DK_SKINNY_TMA_CTAS");
+  o.tma.window = positive("FP8DK_SKINNY_TMA_WINDOW");
   o.block_n = positive("FP8DK_SKINNY_BLOCK_N");
   o.split_k = positive("FP8DK_SKINNY_SPLIT_K");
   o.stream_k = tristate("FP8DK_SKINNY_STREAM_K");

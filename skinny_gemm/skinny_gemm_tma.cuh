@@ -120,6 +120,14 @@ FP8DK_DEVICE void tile_contributions(const TmaPlan& p, int tile, int& index, int
   count = static_cast<int>(last - first + 1);
 }
 
+// One CTA computes all of tile `tile`: a whole tile, or a shared tile that no other CTA reaches into.
+FP8DK_DEVICE bool whole_tile(const TmaPlan& p, int tile) {
+  if (tile >= p.sk_tiles) return true;
+  int index, count;
+  tile_contributions(p, tile, index, count);
+  return count == 1;
+}
+
 // This CTA's units (tile, K-block) in the order it streams them (skinny_gemm_tma_plan.cuh): its share of the
 // shared tiles, then its whole tiles.
 struct CtaWork {
@@ -216,6 +224,23 @@ constexpr int kBarRedFull = 4;   // consumers and reducers: red holds a run's pa
 // memory model, which has bar.arrive synchronize with bar.sync, but compute-sanitizer's racecheck reports
 // the accesses it orders as races.)
 
+// A warp's accumulators (mma.sync m16n8 C fragments: token nt * 8 + 2t + (j & 1), row rb * 16 + g + 8 (j >> 1)
+// from `row0`, lane = 4g + t) finished into out, rows below n and tokens below m.
+template <class Out, int NT, int RB>
+FP8DK_DEVICE void finish_fragments(const Epilogue& e, const float (&acc)[RB][NT][4], int row0, int m, int n,
+                                   int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int rb = 0; rb < RB; ++rb)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int token = nt * 8 + 2 * t + (j & 1), row = row0 + rb * kRowBlock + g + 8 * (j >> 1);
+        if (token < m && row < n) finish<Out>(e, token, row, acc[rb][nt][j]);
+      }
+}
+
 // The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
 // partial sums. Adds them in column order and finishes the tile (alone) or meets the tile's other
 // contributions in the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
@@ -307,7 +332,6 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   uint64_t* const full = reinterpret_cast<uint64_t*>(ring + p.barrier_offset);
   uint64_t* const empty = full + p.stages;
   __shared__ unsigned arrived;
-  __shared__ Epilogue epilogue;
 #if defined(FP8DK_DIAG_TIMELINE)
   __shared__ unsigned long long diag_t[7];
   if (threadIdx.x == 0) diag_t[1] = diag_t[2] = diag_t[3] = diag_t[5] = diag_t[6] = 0, FP8DK_DIAG_MARK(0);
@@ -351,7 +375,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
           if (activations) tma::copy_2d(stage + w * box_bytes + p.weight_box_bytes, &map_a, k0, 0, bar);
         }
       };
-      const int first = run < p.stages ? run : p.stages;
+      const int first = run < p.window ? run : p.window;
       int i = 0, tile = 0, kb = 0;
       if (run > 0) work.unit(p, 0, tile, kb);
       const int tile0 = tile, kb0 = kb;
@@ -359,8 +383,17 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       for (; i < first; work.advance(p, i, tile, kb)) copy(i, tile, kb, true, false);
       wait_for_prior_grid();
       for (int j = 0, t = tile0, b = kb0; j < first; work.advance(p, j, t, b)) copy(j, t, b, false, true);
-      for (int slot = 0, round = 1; i < run; work.advance(p, i, tile, kb)) {
-        tma::wait(empty + slot, (round & 1) ^ 1);
+      // Unit i takes slot i % stages, on the slot's (i / stages)-th fill: its `full` phase has parity
+      // (i / stages) & 1, and the fill waits for the consumers to have emptied the slot's previous one. With a
+      // window below the ring, unit i also waits until unit i - window has landed.
+      int slot = first % p.stages, round = first / p.stages;
+      int landed_slot = 0, landed_round = 0;  // unit i - window
+      for (; i < run; work.advance(p, i, tile, kb)) {
+        if (round > 0) tma::wait(empty + slot, (round & 1) ^ 1);
+        if (p.window < p.stages) {
+          tma::wait(full + landed_slot, landed_round & 1);
+          if (++landed_slot == p.stages) landed_slot = 0, ++landed_round;
+        }
         copy(slot, tile, kb, true, true);
         if (++slot == p.stages) slot = 0, ++round;
       }
@@ -370,23 +403,23 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   }
 
   wait_for_prior_grid();  // consumers: before the first activations; reducers: before writing out, ws, counters
-  // The epilogue in shared memory, for the consumers' part in the reductions (not in their registers
-  // meanwhile). Written by the first reducer thread, or without reducers by consumer thread 0, and read
-  // after a barrier of the readers.
-  if (threadIdx.x == (p.reducers ? (consumers + 1) * 32 : 0)) {
-    epilogue.alpha = 1.f;
-    if constexpr (Ab::kFp8) epilogue.alpha = *scale_a * *scale_b * product_scale<Ab, true>();
-    epilogue.bias = bias;
-    epilogue.out = out;
-    epilogue.out_stride = p.out_stride;
-    epilogue.out_quads = p.out_stride % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
-  }
+  // Each thread's epilogue in registers: the scales are read now, off the critical path, and the rest comes
+  // from the kernel's parameters when a run ends. (A struct in shared memory, read at each output, was
+  // reloaded behind each output's store, which might alias it: 2.1 us of a whole tile's tail at 32 tokens,
+  // benchmarks/skinny_gemm_timeline.py, session 15.)
+  float alpha = 1.f;
+  if constexpr (Ab::kFp8) alpha = *scale_a * *scale_b * product_scale<Ab, true>();
+  const auto epilogue = [&] {
+    Epilogue e;
+    e.alpha = alpha, e.bias = bias, e.out = out, e.out_stride = p.out_stride;
+    e.out_quads = p.out_stride % 4 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
+    return e;
+  };
 
   if (warp > consumers) {
     // ---- reducers (p.reducers)
     const int tid = threadIdx.x - (consumers + 1) * 32;
-    tma::sync_threads(kTmaReducerWarps * 32, kBarReduce);
-    const Epilogue e = epilogue;
+    const Epilogue e = epilogue();
     for (int i = 0; i < run;) {
       int tile, kb;
       work.unit(p, i, tile, kb);
@@ -411,8 +444,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   int stage = 0;
   unsigned phase = 0;
   for (int i = 0; i < run;) {
-    int tile, kb0;  // (the tile itself is looked up again for the reduction: no register held through the run)
-    work.unit(p, i, tile, kb0);
+    int run_tile, kb0;  // held through the run: looked up again at its end, it was 0.3 us of every tail
+    work.unit(p, i, run_tile, kb0);
     const int end = work.run_end(p, i, kb0), kb1 = kb0 + end - i;
     i = end;
     float acc[RB][NT][4];
@@ -451,6 +484,16 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(3);
     if (lane == 0 && i >= run) atomicMax(&diag_t[5], diag_now());  // the last consumer warp's stream end
 #endif
+    if (p.wk == 1 && !p.reducers && whole_tile(p, run_tile)) {
+      // One warp column, one CTA: each warp's accumulators are its rows' outputs. Finished from registers,
+      // with no trip through shared memory and no barrier (bitwise as reduce_run's: acc is never -0, so
+      // its 0 + acc is acc).
+#if defined(FP8DK_DIAG_TIMELINE)
+      if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
+#endif
+      finish_fragments<Out, NT, RB>(epilogue(), acc, run_tile * p.block_n + row0, p.m, p.n, lane);
+      continue;
+    }
 
     // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
     if (p.reducers) tma::sync_threads(finishers, kBarRedFree);
@@ -469,17 +512,11 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     }
     // The consumers reduce the run themselves: the last one with the reducers, or every one without them.
     const int threads = p.reducers ? finishers : consumers * 32;
-    int run_tile, kb;  // the tile again, rather than a register held through the K loop
-    work.unit(p, i - 1, run_tile, kb);
     tma::sync_threads(threads, kBarLastRun);
 #if defined(FP8DK_DIAG_TIMELINE)
     if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
 #endif
-    // In registers: read through the shared struct, every output store (a generic store, which might alias it)
-    // made the next output reload the struct from shared memory behind that store, 2.1 us of the tail of a
-    // whole tile at 32 tokens (benchmarks/skinny_gemm_timeline.py, session 15).
-    const Epilogue e = epilogue;
-    reduce_run<Out>(p, e, red, run_tile, ws, counters, arrived, threadIdx.x, threads);
+    reduce_run<Out>(p, epilogue(), red, run_tile, ws, counters, arrived, threadIdx.x, threads);
     if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
 #if defined(FP8DK_DIAG_TIMELINE)

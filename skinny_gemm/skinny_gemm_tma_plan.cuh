@@ -49,6 +49,7 @@ struct TmaPlan {
   int k_blocks;          // stages along K = ceil(k * elem_bytes / (boxes * 128))
   int box_elems;         // K elements of a box row = 128 / elem_bytes
   int stages;            // ring depth
+  int window;            // stages in flight (issued, not yet landed) at most: stages, or fewer (FP8DK_SKINNY_TMA_WINDOW)
   int weight_box_bytes;  // block_n * 128
   int act_box_bytes;     // nt * 8 * 128
   int stage_bytes;       // boxes * (weight_box_bytes + act_box_bytes)
@@ -72,6 +73,7 @@ struct TmaOverrides {
   int qgmma = -1;        // 1: wgmma (OCP e4m3 only), 0: mma.sync, -1: the plan's choice
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
   int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
+  int window = 0;        // at most this many stages in flight (0: the ring's)
 };
 
 // Threads of a CTA of plan p.
@@ -151,6 +153,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   if (o.stages) stages = o.stages < stages ? o.stages : stages;
   if (stages < 2) return false;
   p.stages = stages;
+  p.window = o.window && o.window < stages ? o.window : stages;
   p.barrier_offset = stages * p.stage_bytes + red_bytes;
   p.smem_bytes = p.barrier_offset + 2 * stages * 8 + kTmaAlignSlack;
   const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
