@@ -79,7 +79,7 @@ void launch_planned(Fn* kernel, const LaunchPlan& l, const Operand& a, const Ope
   shape.grid = dim3(l.grid_x, l.grid_y);
   shape.block = dim3(l.threads);
   shape.smem_bytes = l.smem;
-  shape.cluster = dim3(1, l.cluster_y, 1);
+  shape.cluster = dim3(l.cluster_x, l.cluster_y, 1);
   fp8dk::launch_kernel(kernel, shape, stream, a, b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

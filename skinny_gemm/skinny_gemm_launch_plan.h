@@ -55,7 +55,7 @@ inline int row_alignment(const void* p, long long row_stride_bytes, long long ro
 struct Overrides {
   bool copy_engine = true;  // FP8DK_SKINNY_TMA
   TmaOverrides tma;         // FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES, _WHOLE_TILES, _QGMMA, _REDUCERS, _CTAS,
-                            // _WINDOW
+                            // _WINDOW, _CLUSTER
   int block_n = 0;          // FP8DK_SKINNY_BLOCK_N (0: the heuristic's)
   int split_k = 0;          // FP8DK_SKINNY_SPLIT_K (0: the heuristic's)
   int stream_k = -1;        // FP8DK_SKINNY_STREAM_K: 1 or 0 (-1: the heuristic's)
@@ -79,6 +79,7 @@ inline Overrides read_overrides() {
   o.tma.reducers = tristate("FP8DK_SKINNY_TMA_REDUCERS");
   o.tma.ctas = positive("FP8DK_SKINNY_TMA_CTAS");
   o.tma.window = positive("FP8DK_SKINNY_TMA_WINDOW");
+  o.tma.cluster = tristate("FP8DK_SKINNY_TMA_CLUSTER") == 0 ? 0 : -1;
   o.block_n = positive("FP8DK_SKINNY_BLOCK_N");
   o.split_k = positive("FP8DK_SKINNY_SPLIT_K");
   o.stream_k = tristate("FP8DK_SKINNY_STREAM_K");
@@ -108,6 +109,7 @@ struct LaunchPlan {
   long long a_map_stride_bytes = 0;   // copy engine: the row stride of a's tensor map
   int grid_x = 1, grid_y = 1;
   int cluster_y = 1;                  // CTAs of a cluster along y (1: no clusters)
+  int cluster_x = 1;                  // ... along x (the copy-engine kernel's clusters of a tile)
   int threads = 0;
   int smem = 0;                       // dynamic shared memory per CTA
   int smem_opt_in = 0;                // the limit to raise the kernel's to before launching (0: the default)
@@ -145,7 +147,8 @@ inline bool plan_copy_engine(const Problem& q, const DeviceProps& d, const Overr
   l.smem = p.smem_bytes;
   // Always the most any plan asks, so that the kernel's limit never drops below a captured launch's.
   l.smem_opt_in = smem_limit;
-  l.workspace_slices = p.contributions > 1 ? p.contributions : 0;
+  l.cluster_x = p.cluster;
+  l.workspace_slices = p.contributions > 1 && p.cluster == 1 ? p.contributions : 0;
   return true;
 }
 

@@ -245,11 +245,33 @@ FP8DK_DEVICE void finish_fragments(const Epilogue& e, const float (&acc)[RB][NT]
 // partial sums. Adds them in column order and finishes the tile (alone) or meets the tile's other
 // contributions in the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
 template <class Out>
-FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, const float* red, int tile,
+FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, int tile,
                              float* ws, unsigned* counters, unsigned& arrived, int tid, int threads) {
   const int mp = p.nt * 8;
   const int n0 = tile * p.block_n;
   const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
+  if (p.cluster > 1) {
+    // A cluster per tile (tile-aligned grid, one run per CTA, rank = index in K order). This CTA's partial tile
+    // in place of warp column 0's (each element read and written by one thread), then each CTA adds a share of
+    // the tile over the ranks in order: the sums of the workspace protocol below, bit for bit. Every thread
+    // of the CTA takes part in both cluster barriers (the producer warp too: the kernel's own caller).
+    const int items = p.m * cols;
+    for (int i = tid; i < items; i += threads) {
+      const int r = i / cols, c = i % cols;
+      float v = 0.f;
+      for (int w = 0; w < p.wk; ++w) v += red[(w * mp + r) * p.red_pitch + c];
+      red[r * p.red_pitch + c] = v;
+    }
+    cluster_sync();
+    for (int i = static_cast<int>(cluster_rank()) * threads + tid; i < items; i += p.cluster * threads) {
+      const int r = i / cols, c = i % cols;
+      float v = 0.f;
+      for (int s = 0; s < p.cluster; ++s) v += load_cluster_shared(red + r * p.red_pitch + c, s);
+      finish<Out>(e, r, n0 + c, v);
+    }
+    cluster_sync();  // no CTA leaves, freeing its shared memory, while another still reads it
+    return;
+  }
   // Four rows of the tile per thread where the workspace rows allow 16-byte accesses (red's always do).
   const bool quads = (cols % 4 == 0) && (p.n % 4 == 0);
   const int width = quads ? 4 : 1, per_token = cols / width;
@@ -399,6 +421,12 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       }
     }
     allow_next_grid();
+    if (p.cluster > 1) {
+      // The two cluster barriers of the consumers' reduction (reduce_run), which every thread takes part in.
+      __syncwarp();
+      cluster_sync();
+      cluster_sync();
+    }
     return;
   }
 

@@ -63,7 +63,12 @@ struct TmaPlan {
   int qgmma;             // 1: warpgroups multiply with wgmma (skinny_gemm_qgmma.cuh), 0: warps with mma.sync
   int reducers;          // 1: reducer warps take each finished run's partial sums (threads kTmaThreads); 0: the
                          // consumers reduce each run themselves before the next (kTmaThreads - the reducers')
+  int cluster;           // > 1: a tile-aligned grid whose tiles' `cluster` CTAs form a thread-block cluster and
+                         // add their partial sums through distributed shared memory (no workspace); 1: none
 };
+
+// CTAs of a cluster the copy-engine kernel asks for at most (the portable cluster size).
+constexpr int kMaxClusterCtas = 8;
 
 // Overrides (tuning and tests; 0 = the plan's choice).
 struct TmaOverrides {
@@ -74,6 +79,7 @@ struct TmaOverrides {
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
   int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
   int window = 0;        // at most this many stages in flight (0: the ring's)
+  int cluster = -1;      // 0: never a cluster per tile, -1: the plan's rule (FP8DK_SKINNY_TMA_CLUSTER)
 };
 
 // Threads of a CTA of plan p.
@@ -223,6 +229,18 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   p.contributions = p.sk_tiles == 0 || tiles_unshared(sk_units, ctas, p.k_blocks)
                         ? 1
                         : max_contributions(sk_units, ctas, p.k_blocks);
+  // A tile-aligned grid: CTAs c * t .. c * t + c - 1 stream tile t's K-blocks in order, one run each, and all
+  // end together, so the last to count itself in the workspace protocol waits on two L2 round trips after its
+  // last byte (store, fence and count; load the others' partials). As a cluster they meet in shared memory
+  // instead (cluster barrier, DSMEM loads), adding the partials in the same order. At 8 tokens or fewer only:
+  // session 15 (benchmarks/results/nvidia-h100/session15-2026-11-26/experiments/cluster/), 405B qkv (36 tiles
+  // x 3 CTAs) after a quantization 9-10% faster at 1 and 8 tokens, level at 16, 11% slower at 32; the decode
+  // step at batch 1 0.70 ms faster, at batch 8 0.08 ms, at batch 32 level.
+  const int per_tile = static_cast<int>(ctas / p.tiles);
+  p.cluster = 1;
+  if (o.cluster != 0 && p.nt == 1 && aligned_grid && !p.reducers && p.dp_rounds == 0 &&
+      per_tile * p.tiles == ctas && per_tile >= 2 && per_tile <= kMaxClusterCtas && p.k_blocks >= per_tile)
+    p.cluster = per_tile;
   out = p;
   return true;
 }

@@ -137,7 +137,14 @@ def test_copy_engine_plans_legal(copy_engine_plans):
         if p["nt"] == 1:
             assert p["dp_rounds"] >= p["tiles"] // p["ctas"] - 1, where
         assert p["most_contributions"] <= p["contributions"], where
-        assert p["workspace_slices"] == (p["contributions"] if p["contributions"] > 1 else 0), where
+        if p["cluster_x"] > 1:
+            # A cluster per tile: a tile-aligned grid, one run per CTA, each tile met by its cluster's CTAs
+            # alone; they add their partials through distributed shared memory, with no workspace.
+            assert p["ctas"] == p["tiles"] * p["cluster_x"] and p["cluster_x"] <= 8, where
+            assert p["dp_rounds"] == 0 and p["k_blocks"] >= p["cluster_x"] == p["most_contributions"], where
+            assert p["workspace_slices"] == 0, where
+        else:
+            assert p["workspace_slices"] == (p["contributions"] if p["contributions"] > 1 else 0), where
         # a's tensor map: the real stride, or for one row any legal one.
         assert p["a_map_stride_bytes"] == (k * eb if m > 1 else -(-k * eb // 16) * 16), where
         # wgmma (the FP8 problems here are OCP e4m3) above 8 tokens, with warpgroups of 4 warps of one row block

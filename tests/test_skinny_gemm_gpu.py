@@ -307,6 +307,20 @@ def test_stream_k_shared_tiles(kernel, m, n, k):
     assert_bitwise_equal(run(kernel, a, b, sa, sb, bias, out_dtype), first, "rerun")
 
 
+@OPERANDS
+@pytest.mark.parametrize("m", (1, 5, 8))
+def test_cluster_per_tile(kernel, monkeypatch, dtype, m):
+    """405B TP8 qkv (2304 x 16384) at 8 tokens or fewer runs on a tile-aligned grid (on an H100, 36 tiles x 3
+    CTAs), whose tiles' CTAs form clusters and add their partial sums through distributed shared memory: bit for
+    bit the sums of the workspace protocol (FP8DK_SKINNY_TMA_CLUSTER=0), and within the reference's tolerance."""
+    out_dtype = torch.bfloat16 if dtype in FP8_DTYPES else None
+    a, b, sa, sb, bias, out_dtype = operands(m, 2304, 16384, dtype, out_dtype=out_dtype, bias=True)
+    clustered = run(kernel, a, b, sa, sb, bias, out_dtype)
+    assert_gemm_close(clustered, a, b, sa, sb, bias, kernel.reference)
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_CLUSTER", "0")
+    assert_bitwise_equal(run(kernel, a, b, sa, sb, bias, out_dtype), clustered, "workspace")
+
+
 @pytest.mark.parametrize("block_n,m", [(16, 1), (32, 1), (128, 4), (64, 16), (128, 16), (128, 32), (256, 32)])
 def test_forced_block_n(kernel, monkeypatch, block_n, m):
     monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", str(block_n))

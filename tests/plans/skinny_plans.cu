@@ -118,10 +118,10 @@ int main(int argc, char** argv) {
     }
     const bool copy_engine_kernel = l.kernel == Kernel::kCopyEngine;
     std::printf(
-        "{\"kernel\": \"%s\", \"grid_x\": %d, \"grid_y\": %d, \"cluster_y\": %d, \"threads\": %d, \"smem\": %d, "
-        "\"smem_opt_in\": %d, \"workspace_slices\": %d, ",
-        copy_engine_kernel ? "copy_engine" : "portable", l.grid_x, l.grid_y, l.cluster_y, l.threads, l.smem,
-        l.smem_opt_in, l.workspace_slices);
+        "{\"kernel\": \"%s\", \"grid_x\": %d, \"grid_y\": %d, \"cluster_x\": %d, \"cluster_y\": %d, "
+        "\"threads\": %d, \"smem\": %d, \"smem_opt_in\": %d, \"workspace_slices\": %d, ",
+        copy_engine_kernel ? "copy_engine" : "portable", l.grid_x, l.grid_y, l.cluster_x, l.cluster_y, l.threads,
+        l.smem, l.smem_opt_in, l.workspace_slices);
     if (copy_engine_kernel)
       print_copy_engine(l);
     else
