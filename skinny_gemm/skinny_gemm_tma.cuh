@@ -18,6 +18,10 @@
 //                         (skinny_gemm_reduce.cuh's protocol), overlapped with the consumers' next run. The
 //                         last run of a CTA the consumers and reducers reduce together. Without reducers
 //                         (p.reducers = 0) the consumers reduce every run themselves before the next.
+//   a run's end           a whole tile with one warp column: each warp stores its accumulators' outputs
+//                         itself (finish_fragments). A tile-aligned grid at few tokens (p.cluster > 1): the
+//                         tile's CTAs are a cluster and add their partials through each other's shared memory
+//                         (reduce_run), the producer warp joining the cluster barriers.
 //
 // Math (A and B swapped as in skinny_gemm_mma_nv.cuh: weight rows are the MMA's M, tokens its N): a box row
 // is 128 bytes = 8 chunks of 16 bytes, stored at chunk (c ^ (row & 7)) by the 128-byte swizzle, so 8 rows
@@ -243,7 +247,7 @@ FP8DK_DEVICE void finish_fragments(const Epilogue& e, const float (&acc)[RB][NT]
 
 // The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
 // partial sums. Adds them in column order and finishes the tile (alone) or meets the tile's other
-// contributions in the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
+// contributions in its cluster (p.cluster > 1) or in the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
 template <class Out>
 FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, int tile,
                              float* ws, unsigned* counters, unsigned& arrived, int tid, int threads) {
