@@ -228,21 +228,17 @@ constexpr int kBarRedFull = 4;   // consumers and reducers: red holds a run's pa
 // memory model, which has bar.arrive synchronize with bar.sync, but compute-sanitizer's racecheck reports
 // the accesses it orders as races.)
 
-// A warp's accumulators (mma.sync m16n8 C fragments: token nt * 8 + 2t + (j & 1), row rb * 16 + g + 8 (j >> 1)
-// from `row0`, lane = 4g + t) finished into out, rows below n and tokens below m.
-template <class Out, int NT, int RB>
-FP8DK_DEVICE void finish_fragments(const Epilogue& e, const float (&acc)[RB][NT][4], int row0, int m, int n,
-                                   int lane) {
+// f(token, row, value) for each element of a warp's accumulators: mma.sync m16n8 C fragments (wgmma's are laid
+// out the same), token nt * 8 + 2t + (j & 1), row rb * 16 + g + 8 (j >> 1) of the warp's rows, lane = 4g + t.
+template <int NT, int RB, class F>
+FP8DK_DEVICE void for_each_fragment(const float (&acc)[RB][NT][4], int lane, F&& f) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int rb = 0; rb < RB; ++rb)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int token = nt * 8 + 2 * t + (j & 1), row = row0 + rb * kRowBlock + g + 8 * (j >> 1);
-        if (token < m && row < n) finish<Out>(e, token, row, acc[rb][nt][j]);
-      }
+      for (int j = 0; j < 4; ++j) f(nt * 8 + 2 * t + (j & 1), rb * kRowBlock + g + 8 * (j >> 1), acc[rb][nt][j]);
 }
 
 // The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
@@ -523,21 +519,18 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #if defined(FP8DK_DIAG_TIMELINE)
       if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
 #endif
-      finish_fragments<Out, NT, RB>(epilogue(), acc, run_tile * p.block_n + row0, p.m, p.n, lane);
+      const Epilogue e = epilogue();
+      const int rows0 = run_tile * p.block_n + row0;
+      for_each_fragment(acc, lane, [&](int token, int row, float v) {
+        if (token < p.m && rows0 + row < p.n) finish<Out>(e, token, rows0 + row, v);
+      });
       continue;
     }
 
     // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
     if (p.reducers) tma::sync_threads(finishers, kBarRedFree);
     float* mine = red + wk * kMP * p.red_pitch;
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int rb = 0; rb < RB; ++rb)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          mine[(nt * 8 + 2 * t + (j & 1)) * p.red_pitch + row0 + rb * kRowBlock + g + 8 * (j >> 1)] = acc[rb][nt][j];
+    for_each_fragment(acc, lane, [&](int token, int row, float v) { mine[token * p.red_pitch + row0 + row] = v; });
     if (p.reducers && i < run) {
       tma::sync_threads(finishers, kBarRedFull);
       continue;
