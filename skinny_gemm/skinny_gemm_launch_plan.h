@@ -79,7 +79,7 @@ inline Overrides read_overrides() {
   o.tma.reducers = tristate("FP8DK_SKINNY_TMA_REDUCERS");
   o.tma.ctas = positive("FP8DK_SKINNY_TMA_CTAS");
   o.tma.window = positive("FP8DK_SKINNY_TMA_WINDOW");
-  o.tma.cluster = tristate("FP8DK_SKINNY_TMA_CLUSTER") == 0 ? 0 : -1;
+  o.tma.cluster = tristate("FP8DK_SKINNY_TMA_CLUSTER");
   o.block_n = positive("FP8DK_SKINNY_BLOCK_N");
   o.split_k = positive("FP8DK_SKINNY_SPLIT_K");
   o.stream_k = tristate("FP8DK_SKINNY_STREAM_K");

@@ -79,7 +79,7 @@ struct TmaOverrides {
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
   int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
   int window = 0;        // at most this many stages in flight (0: the ring's)
-  int cluster = -1;      // 0: never a cluster per tile, -1: the plan's rule (FP8DK_SKINNY_TMA_CLUSTER)
+  int cluster = -1;      // 0: never a cluster per tile, 1: wherever the grid is tile-aligned, -1: the plan's rule
 };
 
 // Threads of a CTA of plan p.
@@ -238,7 +238,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // step at batch 1 0.70 ms faster, at batch 8 0.08 ms, at batch 32 level.
   const int per_tile = static_cast<int>(ctas / p.tiles);
   p.cluster = 1;
-  if (o.cluster != 0 && p.nt == 1 && aligned_grid && !p.reducers && p.dp_rounds == 0 &&
+  if ((o.cluster == 1 || (o.cluster < 0 && p.nt == 1)) && aligned_grid && !p.reducers && p.dp_rounds == 0 &&
       per_tile * p.tiles == ctas && per_tile >= 2 && per_tile <= kMaxClusterCtas && p.k_blocks >= per_tile)
     p.cluster = per_tile;
   out = p;

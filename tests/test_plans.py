@@ -39,7 +39,7 @@ SHAPES = [(2304, 16384), (16384, 2048), (13312, 16384), (16384, 6656), (10240, 8
           (28672, 4096), (1, 16), (17, 33), (300, 4176), (13312, 48), (4000, 1003), (129, 64 * 64 + 63)]
 MAX_STAGES, CONSUMER_WARPS, BOX_BYTES = 16, 8, 128
 NO_OVERRIDES = {"copy_engine": 1, "tma_wk": 0, "tma_rb": 0, "tma_boxes": 0, "tma_stages": 0, "tma_whole_tiles": -1,
-                "block_n": 0, "split_k": 0, "stream_k": -1}
+                "block_n": 0, "split_k": 0, "stream_k": -1, "tma_cluster": -1}
 
 
 def _fail_or_skip(reason):
@@ -238,6 +238,22 @@ def test_whole_tiles_last(nvidia_planner):
         assert plan_one(nvidia_planner, H100, m, 28672, 4096)["dp_rounds"] == 0
 
 
+def test_cluster_per_tile_at_few_tokens(nvidia_planner):
+    """405B qkv's tile-aligned grid (36 tiles x 3 CTAs on 132 SMs) meets as a cluster per tile, with no workspace,
+    at 8 tokens or fewer (measured faster there, session 15); above, only where asked for
+    (FP8DK_SKINNY_TMA_CLUSTER=1); never with FP8DK_SKINNY_TMA_CLUSTER=0."""
+    for m in (1, 8):
+        p = plan_one(nvidia_planner, H100, m, 2304, 16384)
+        assert p["cluster_x"] == 3 and p["ctas"] == 108 and p["workspace_slices"] == 0, p
+        assert plan_one(nvidia_planner, H100, m, 2304, 16384, tma_cluster=0)["cluster_x"] == 1
+    for m in (16, 32):
+        assert plan_one(nvidia_planner, H100, m, 2304, 16384)["cluster_x"] == 1
+        forced = plan_one(nvidia_planner, H100, m, 2304, 16384, tma_cluster=1)
+        assert forced["cluster_x"] == 3 and forced["workspace_slices"] == 0, forced
+    # Not tile-aligned (405B gate_up: 132 CTAs over 104 or 208 tiles): no cluster, asked for or not.
+    assert plan_one(nvidia_planner, H100, 32, 13312, 16384, tma_cluster=1)["cluster_x"] == 1
+
+
 # ------------------------------------------------------------------------------------------ which kernel
 
 KERNEL_CHOICE = [  # (what, device, m, n, k, a_align, b_align, overrides, kernel)
@@ -377,15 +393,17 @@ def test_overrides_read_from_the_environment(nvidia_planner):
     assert read_overrides(nvidia_planner, FP8DK_SKINNY_TMA="", FP8DK_SKINNY_SPLIT_K="") == NO_OVERRIDES
     env = {"FP8DK_SKINNY_TMA": "0", "FP8DK_SKINNY_TMA_WK": "2", "FP8DK_SKINNY_TMA_RB": "1",
            "FP8DK_SKINNY_TMA_BOXES": "4", "FP8DK_SKINNY_TMA_STAGES": "3", "FP8DK_SKINNY_TMA_WHOLE_TILES": "0",
-           "FP8DK_SKINNY_BLOCK_N": "64", "FP8DK_SKINNY_SPLIT_K": "5", "FP8DK_SKINNY_STREAM_K": "1"}
+           "FP8DK_SKINNY_BLOCK_N": "64", "FP8DK_SKINNY_SPLIT_K": "5", "FP8DK_SKINNY_STREAM_K": "1",
+           "FP8DK_SKINNY_TMA_CLUSTER": "1"}
     assert read_overrides(nvidia_planner, **env) == {
         "copy_engine": 0, "tma_wk": 2, "tma_rb": 1, "tma_boxes": 4, "tma_stages": 3, "tma_whole_tiles": 0,
-        "block_n": 64, "split_k": 5, "stream_k": 1}
+        "block_n": 64, "split_k": 5, "stream_k": 1, "tma_cluster": 1}
 
 
 @pytest.mark.parametrize("variable,value,expected", [
     ("FP8DK_SKINNY_TMA", "on", "0 or 1"), ("FP8DK_SKINNY_STREAM_K", "yes", "0 or 1"),
-    ("FP8DK_SKINNY_TMA_WHOLE_TILES", "2", "0 or 1"), ("FP8DK_SKINNY_SPLIT_K", "two", "a positive integer"),
+    ("FP8DK_SKINNY_TMA_WHOLE_TILES", "2", "0 or 1"), ("FP8DK_SKINNY_TMA_CLUSTER", "2", "0 or 1"),
+    ("FP8DK_SKINNY_SPLIT_K", "two", "a positive integer"),
     ("FP8DK_SKINNY_SPLIT_K", "0", "a positive integer"), ("FP8DK_SKINNY_BLOCK_N", "-32", "a positive integer"),
     ("FP8DK_SKINNY_TMA_STAGES", "4x", "a positive integer")])
 def test_invalid_override_values_rejected(nvidia_planner, variable, value, expected):

@@ -3,7 +3,7 @@
 // for NVIDIA, clang (with the AMD emulator's HIP layer) for AMD. A line is
 //   vendor(0 NVIDIA, 1 AMD) cc_major sms smem_per_block copy_engine_code ctas_per_sm cluster_slots
 //   m n k elem_bytes a_align b_align
-//   copy_engine tma_wk tma_rb tma_boxes tma_stages tma_whole_tiles block_n split_k stream_k
+//   copy_engine tma_wk tma_rb tma_boxes tma_stages tma_whole_tiles block_n split_k stream_k tma_cluster
 // The made-up occupancy: `ctas_per_sm` CTAs of the portable kernel per SM, and clusters of `split` CTAs up to
 // `cluster_slots` CTAs in all (0: no clusters). For the copy-engine kernel the program also walks the persistent
 // grid's unit ranges exactly as the kernel does: the most CTAs any tile meets, CTAs with no work, units covered.
@@ -82,9 +82,9 @@ int print_overrides() {
     const Overrides o = read_overrides();
     std::printf(
         "{\"copy_engine\": %d, \"tma_wk\": %d, \"tma_rb\": %d, \"tma_boxes\": %d, \"tma_stages\": %d, "
-        "\"tma_whole_tiles\": %d, \"block_n\": %d, \"split_k\": %d, \"stream_k\": %d}\n",
+        "\"tma_whole_tiles\": %d, \"block_n\": %d, \"split_k\": %d, \"stream_k\": %d, \"tma_cluster\": %d}\n",
         o.copy_engine, o.tma.wk, o.tma.rb, o.tma.boxes, o.tma.stages, o.tma.whole_tiles, o.block_n, o.split_k,
-        o.stream_k);
+        o.stream_k, o.tma.cluster);
   } catch (const std::invalid_argument& e) {
     std::printf("{\"error\": \"%s\"}\n", e.what());
   }
@@ -99,10 +99,10 @@ int main(int argc, char** argv) {
   DeviceProps d;
   Problem q;
   Overrides o;
-  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &vendor, &d.cc_major,
+  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &vendor, &d.cc_major,
                     &d.sms, &d.smem_per_block, &copy_engine_code, &ctas_per_sm, &cluster_slots, &q.m, &q.n, &q.k,
                     &q.elem_bytes, &q.a_align, &q.b_align, &copy_engine, &o.tma.wk, &o.tma.rb, &o.tma.boxes,
-                    &o.tma.stages, &o.tma.whole_tiles, &o.block_n, &o.split_k, &o.stream_k) == 22) {
+                    &o.tma.stages, &o.tma.whole_tiles, &o.block_n, &o.split_k, &o.stream_k, &o.tma.cluster) == 23) {
     d.vendor = vendor ? Vendor::kAmd : Vendor::kNvidia;
     d.copy_engine_code = copy_engine_code != 0;
     o.copy_engine = copy_engine != 0;
