@@ -112,6 +112,39 @@ struct TileArgs {
   unsigned* counters;     // kWorkspace: [tiles], zero on entry and on exit
 };
 
+// The cluster meet: this CTA's partial tile (its warp columns added in order) in place of warp column 0's (each
+// element read and written by one thread), a cluster barrier, then each CTA finishes a share of the tile, adding
+// the ranks' partials in rank (= K) order: element i by the CTA of rank t.index = (i / threads) % t.count.
+// `tid` of `threads` threads after a barrier of theirs that follows the warps' stores to red; every thread of
+// every CTA of the cluster takes part in both cluster barriers.
+template <class Out>
+FP8DK_DEVICE void meet_in_cluster(float* red, const TileArgs& t, const Epilogue& e, int tid, int threads) {
+#if defined(FP8DK_SM90)
+  const int cols = t.block_n < t.n - t.n0 ? t.block_n : t.n - t.n0;
+  const int items = t.m * cols;
+  for (int i = tid; i < items; i += threads) {
+    const int r = i / cols, c = i % cols;
+    float v = 0.f;
+    for (int w = 0; w < t.wk; ++w) v += red[(w * t.mp + r) * t.red_pitch + c];
+    red[r * t.red_pitch + c] = v;
+  }
+  cluster_sync();
+  for (int i = t.index * threads + tid; i < items; i += t.count * threads) {
+    const int r = i / cols, c = i % cols;
+    float v = 0.f;
+    for (int s = 0; s < t.count; ++s) v += load_cluster_shared(red + r * t.red_pitch + c, s);
+    finish<Out>(e, r, t.n0 + c, v);
+  }
+  cluster_sync();  // no CTA leaves (and frees its shared memory) while others still read it
+#elif defined(FP8DK_AMD)
+  (void)red, (void)t, (void)e, (void)tid, (void)threads;
+  __builtin_trap();  // the launchers never ask for clusters where the kernels have none
+#else
+  (void)red, (void)t, (void)e, (void)tid, (void)threads;
+  __trap();
+#endif
+}
+
 // Called by all threads of the CTA after a barrier that follows the warps' stores to red.
 template <class Out>
 FP8DK_DEVICE void reduce_tile(float* red, const TileArgs& t, Meet meet, const Epilogue& e) {
@@ -129,27 +162,8 @@ FP8DK_DEVICE void reduce_tile(float* red, const TileArgs& t, Meet meet, const Ep
   }
 
   if (meet == Meet::kCluster) {
-#if defined(FP8DK_SM90)
-    // This CTA's partial tile in place of warp column 0's (each element is read and written by one thread).
-    for (int i = threadIdx.x; i < items; i += blockDim.x) {
-      const int r = i / cols, c = i % cols;
-      red[r * t.red_pitch + c] = cta_sum(r, c);
-    }
-    cluster_sync();
-    // Cluster rank == slice == index: grid (tiles, split_k) with clusters (1, split_k, 1). Element i is
-    // finished by the CTA of rank (i / blockDim) % split_k.
-    for (int i = t.index * blockDim.x + threadIdx.x; i < items; i += t.count * blockDim.x) {
-      const int r = i / cols, c = i % cols;
-      float v = 0.f;
-      for (int s = 0; s < t.count; ++s) v += load_cluster_shared(red + r * t.red_pitch + c, s);
-      finish<Out>(e, r, t.n0 + c, v);
-    }
-    cluster_sync();  // no CTA leaves (and frees its shared memory) while others still read it
-#elif defined(FP8DK_AMD)
-    __builtin_trap();  // the launcher never asks for clusters where the kernel has none
-#else
-    __trap();
-#endif
+    // Cluster rank == slice == index: grid (tiles, split_k) with clusters (1, split_k, 1).
+    meet_in_cluster<Out>(red, t, e, threadIdx.x, blockDim.x);
     return;
   }
 

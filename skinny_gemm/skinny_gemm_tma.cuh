@@ -251,25 +251,13 @@ FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, in
   const int n0 = tile * p.block_n;
   const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
   if (p.cluster > 1) {
-    // A cluster per tile (tile-aligned grid, one run per CTA, rank = index in K order). This CTA's partial tile
-    // in place of warp column 0's (each element read and written by one thread), then each CTA adds a share of
-    // the tile over the ranks in order: the sums of the workspace protocol below, bit for bit. Every thread
-    // of the CTA takes part in both cluster barriers (the producer warp too: the kernel's own caller).
-    const int items = p.m * cols;
-    for (int i = tid; i < items; i += threads) {
-      const int r = i / cols, c = i % cols;
-      float v = 0.f;
-      for (int w = 0; w < p.wk; ++w) v += red[(w * mp + r) * p.red_pitch + c];
-      red[r * p.red_pitch + c] = v;
-    }
-    cluster_sync();
-    for (int i = static_cast<int>(cluster_rank()) * threads + tid; i < items; i += p.cluster * threads) {
-      const int r = i / cols, c = i % cols;
-      float v = 0.f;
-      for (int s = 0; s < p.cluster; ++s) v += load_cluster_shared(red + r * p.red_pitch + c, s);
-      finish<Out>(e, r, n0 + c, v);
-    }
-    cluster_sync();  // no CTA leaves, freeing its shared memory, while another still reads it
+    // A cluster per tile (tile-aligned grid, one run per CTA, rank = index in K order), met as the portable
+    // kernel's split clusters meet: the sums of the workspace protocol below, bit for bit. The producer warp
+    // joins the cluster barriers in the kernel itself.
+    TileArgs t{};
+    t.red_pitch = p.red_pitch, t.mp = mp, t.wk = p.wk, t.block_n = p.block_n, t.n0 = n0, t.m = p.m, t.n = p.n;
+    t.tile = tile, t.count = p.cluster, t.index = static_cast<int>(cluster_rank());
+    meet_in_cluster<Out>(red, t, e, tid, threads);
     return;
   }
   // Four rows of the tile per thread where the workspace rows allow 16-byte accesses (red's always do).
