@@ -12,6 +12,10 @@ struct Dims {
 
 enum class Vendor { kNvidia, kAmd };
 
+// CTAs of a thread-block cluster that every sm_90+ device runs (the portable cluster size): the most any
+// plan asks for.
+constexpr int kMaxClusterCtas = 8;
+
 struct DeviceProps {
   Vendor vendor = Vendor::kNvidia;
   int sms = 0;                  // multiprocessors (NVIDIA SMs, AMD CUs)

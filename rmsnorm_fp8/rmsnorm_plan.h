@@ -37,9 +37,8 @@ constexpr int kSlotsPerThread = kAligned ? 4 : 2;
 // Largest row the register kernel takes: one block of kMaxThreads threads.
 template <bool kAligned>
 constexpr int kMaxRegisterSlots = kSlotsPerThread<kAligned> * kMaxThreads;
-// Cluster kernel: a row's threads (at most kMaxThreads) over 2 to 8 CTAs (8: the portable cluster size), so a
+// Cluster kernel: a row's threads (at most kMaxThreads) over 2 to kMaxClusterCtas CTAs (common/plan.h), so a
 // CTA has at most half of kMaxThreads. Rows of the long-row kernel are taken up to kMaxClusterChunks chunks.
-constexpr int kMaxClusterCtas = 8;
 constexpr int kMaxClusterCtaThreads = kMaxThreads / 2;
 constexpr int kMaxClusterChunks = 2;
 // Persistent kernel: a thread holds the current row, the next row's input and residual, and the weight, so

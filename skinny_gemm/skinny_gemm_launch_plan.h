@@ -118,8 +118,6 @@ struct LaunchPlan {
 
 namespace plan_detail {
 
-constexpr int kMaxClusterSplit = 8;  // the portable cluster size
-
 [[noreturn]] inline void reject(const std::string& what) { throw std::invalid_argument("skinny_gemm: " + what); }
 
 // The copy-engine kernel's launch, or false where the portable kernel runs.
@@ -225,10 +223,10 @@ inline void plan_grid(const DeviceProps& d, bool split_forced, const Occupancy& 
   } else if (d.vendor == Vendor::kNvidia && p.split_k > 1) {
     auto clusters_at_once = [&](int split) { return occ.clusters_at_once(l.mp, l.b_access, l.smem, split); };
     if (split_forced) {
-      p.cluster = p.split_k <= kMaxClusterSplit && clusters_at_once(p.split_k) > 0;
+      p.cluster = p.split_k <= kMaxClusterCtas && clusters_at_once(p.split_k) > 0;
     } else {
       // The largest split <= the planned one whose clusters all run at once.
-      for (int split = p.split_k < kMaxClusterSplit ? p.split_k : kMaxClusterSplit; split > 1 && !p.cluster;
+      for (int split = p.split_k < kMaxClusterCtas ? p.split_k : kMaxClusterCtas; split > 1 && !p.cluster;
            --split) {
         if (clusters_at_once(split) >= l.grid_x) {
           p.split_k = split;

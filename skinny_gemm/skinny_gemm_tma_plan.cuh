@@ -17,6 +17,7 @@
 //     against the ~25-40 KB that Little's law asks at 3-4.8 TB/s and ~1 us). The bytes alone are not enough:
 //     with 2 stages the producer refills one only after the consumers have read all of it; small problems ran
 //     6-17% faster with 4-6 (session 13, the tiling comments below).
+#include "common/plan.h"
 #include "skinny_gemm/skinny_gemm_plan.cuh"
 
 namespace fp8dk {
@@ -66,9 +67,6 @@ struct TmaPlan {
   int cluster;           // > 1: a tile-aligned grid whose tiles' `cluster` CTAs form a thread-block cluster and
                          // add their partial sums through distributed shared memory (no workspace); 1: none
 };
-
-// CTAs of a cluster the copy-engine kernel asks for at most (the portable cluster size).
-constexpr int kMaxClusterCtas = 8;
 
 // Overrides (tuning and tests; 0 = the plan's choice).
 struct TmaOverrides {
