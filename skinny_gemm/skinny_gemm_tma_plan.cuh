@@ -157,7 +157,6 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   if (o.stages) stages = o.stages < stages ? o.stages : stages;
   if (stages < 2) return false;
   p.stages = stages;
-  p.window = o.window && o.window < stages ? o.window : stages;
   p.barrier_offset = stages * p.stage_bytes + red_bytes;
   p.smem_bytes = p.barrier_offset + 2 * stages * 8 + kTmaAlignSlack;
   const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
@@ -218,6 +217,16 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   }
   p.ctas = static_cast<int>(ctas);
   p.sk_tiles = static_cast<int>(p.tiles - p.dp_rounds * ctas);
+  // Two stages in flight, not the ring, where each CTA streams one whole tile and the ring holds at least half
+  // of it (405B o: 4-8 K-blocks on 3-6 stages). Every CTA's first flood lands at once (docs/experiments/
+  // README.md, item 28), so with the whole ring in flight the consumers idle for most of such a call and then
+  // find all of it. Measured on 405B o in the decode step (H100; session 15, benchmarks/results/nvidia-h100/
+  // session15-2026-11-26/experiments/window/; session 16, .../session16-2026-11-26/experiments/knobs/): 0.10 ms
+  // faster at batch 32 in both, 0.04-0.09 ms at batch 1; alone level after a quantization and up to 4% slower
+  // after another GEMM. 405B down (13-26 K-blocks a CTA) was 0.16 ms slower in the step with 3 in flight.
+  const bool flood_is_the_stream = p.sk_tiles == 0 && p.dp_rounds == 1 && 2 * p.stages >= p.k_blocks;
+  const int window = o.window ? o.window : flood_is_the_stream ? 2 : p.stages;
+  p.window = window < p.stages ? window : p.stages;
   // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). With the plan as it is now they were 1-3%
   // faster only on 8B gate_up at 1-4 tokens and 2-13% slower on the qkv shapes (session 12, benchmarks/results/
   // nvidia-h100/session12-2026-11-26/tune/tune-reducers-*.log). (Their one-ulp reruns of session 11 were the

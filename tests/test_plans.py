@@ -254,6 +254,18 @@ def test_cluster_per_tile_at_few_tokens(nvidia_planner):
     assert plan_one(nvidia_planner, H100, 32, 13312, 16384, tma_cluster=1)["cluster_x"] == 1
 
 
+
+def test_window_where_the_first_flood_is_the_stream(nvidia_planner):
+    """Two stages in flight where each CTA streams one whole tile that its ring holds at least half of (405B o,
+    measured faster in the decode step, session 16); the whole ring elsewhere (405B down: runs of 13-26
+    K-blocks; 405B qkv: shared tiles)."""
+    for m in (1, 8, 32):
+        o = plan_one(nvidia_planner, H100, m, 16384, 2048)
+        assert o["dp_rounds"] == 1 and o["sk_tiles"] == 0 and o["window"] == 2 < o["stages"], o
+        for n, k in ((16384, 6656), (2304, 16384)):
+            p = plan_one(nvidia_planner, H100, m, n, k)
+            assert p["window"] == p["stages"], p
+
 # ------------------------------------------------------------------------------------------ which kernel
 
 KERNEL_CHOICE = [  # (what, device, m, n, k, a_align, b_align, overrides, kernel)
