@@ -24,6 +24,9 @@ namespace fp8dk {
 namespace skinny {
 
 constexpr int kTmaBoxBytes = 128;        // K bytes of a box row: the span of the 128-byte swizzle
+// Weights requested and not landed, over the device, that keep an H100's DRAM busy: its bandwidth times its
+// latency under load (3 TB/s x ~2.8 us). A cap on the stages in flight never takes a grid below it.
+constexpr long long kTmaMinBytesInFlight = 8LL << 20;
 constexpr int kTmaConsumerWarps = 8;
 // 12 warps in all: 3 per SM sub-partition, whose 16K registers then allow 168 per thread (a 13th warp would
 // cut that to 128 and spill).
@@ -218,13 +221,16 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   p.ctas = static_cast<int>(ctas);
   p.sk_tiles = static_cast<int>(p.tiles - p.dp_rounds * ctas);
   // Two stages in flight, not the ring, where each CTA streams one whole tile and the ring holds at least half
-  // of it (405B o: 4-8 K-blocks on 3-6 stages). Every CTA's first flood lands at once (docs/experiments/
-  // README.md, item 28), so with the whole ring in flight the consumers idle for most of such a call and then
-  // find all of it. Measured on 405B o in the decode step (H100; session 15, benchmarks/results/nvidia-h100/
-  // session15-2026-11-26/experiments/window/; session 16, .../session16-2026-11-26/experiments/knobs/): 0.10 ms
-  // faster at batch 32 in both, 0.04-0.09 ms at batch 1; alone level after a quantization and up to 4% slower
-  // after another GEMM. 405B down (13-26 K-blocks a CTA) was 0.16 ms slower in the step with 3 in flight.
-  const bool flood_is_the_stream = p.sk_tiles == 0 && p.dp_rounds == 1 && 2 * p.stages >= p.k_blocks;
+  // of it (405B o: 4-8 K-blocks on 3-6 stages), as long as two stages a CTA still keep kTmaMinBytesInFlight of
+  // weights requested. Every CTA's first flood lands at once (docs/experiments/README.md, item 28), so with the
+  // whole ring in flight the consumers idle for most of such a call and then find all of it. Measured on 405B o
+  // (H100, 128 CTAs, 8-16 MiB in flight with two stages) in the decode step (session 15, benchmarks/results/
+  // nvidia-h100/session15-2026-11-26/experiments/window/; session 16, .../session16-2026-11-26/experiments/
+  // knobs/ and window-ab/): 0.10-0.14 ms faster at batch 8 and 32, 0.04-0.09 ms at batch 1; alone level after a
+  // quantization and up to 4% slower after another GEMM. 8B qkv (96 CTAs: 6 MiB with two stages) was 8% slower
+  // alone (window-ab/sweep-05c7060/), and 405B down (13-26 K-blocks a CTA) 0.16 ms slower in the step with 3.
+  const bool flood_is_the_stream = p.sk_tiles == 0 && p.dp_rounds == 1 && 2 * p.stages >= p.k_blocks &&
+                                   2 * unit_bytes * ctas >= kTmaMinBytesInFlight;
   const int window = o.window ? o.window : flood_is_the_stream ? 2 : p.stages;
   p.window = window < p.stages ? window : p.stages;
   // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). With the plan as it is now they were 1-3%

@@ -256,13 +256,14 @@ def test_cluster_per_tile_at_few_tokens(nvidia_planner):
 
 
 def test_window_where_the_first_flood_is_the_stream(nvidia_planner):
-    """Two stages in flight where each CTA streams one whole tile that its ring holds at least half of (405B o,
-    measured faster in the decode step, session 16); the whole ring elsewhere (405B down: runs of 13-26
+    """Two stages in flight where each CTA streams one whole tile that its ring holds at least half of and two
+    stages a CTA still keep 8 MiB requested (405B o on 128 CTAs, measured faster in the decode step, session 16);
+    the whole ring elsewhere (8B qkv: 96 CTAs, 6 MiB with two stages, slower alone; 405B down: runs of 13-26
     K-blocks; 405B qkv: shared tiles)."""
     for m in (1, 8, 32):
         o = plan_one(nvidia_planner, H100, m, 16384, 2048)
         assert o["dp_rounds"] == 1 and o["sk_tiles"] == 0 and o["window"] == 2 < o["stages"], o
-        for n, k in ((16384, 6656), (2304, 16384)):
+        for n, k in ((6144, 4096), (16384, 6656), (2304, 16384)):
             p = plan_one(nvidia_planner, H100, m, n, k)
             assert p["window"] == p["stages"], p
 
