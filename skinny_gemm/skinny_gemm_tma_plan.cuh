@@ -17,6 +17,8 @@
 //     against the ~25-40 KB that Little's law asks at 3-4.8 TB/s and ~1 us). The bytes alone are not enough:
 //     with 2 stages the producer refills one only after the consumers have read all of it; small problems ran
 //     6-17% faster with 4-6 (session 13, the tiling comments below).
+//   * Stages in flight (requested, not landed): the ring's, or 2 where a CTA's first flood would be most of its
+//     stream (`window`, below).
 #include "common/plan.h"
 #include "skinny_gemm/skinny_gemm_plan.cuh"
 
@@ -24,8 +26,9 @@ namespace fp8dk {
 namespace skinny {
 
 constexpr int kTmaBoxBytes = 128;        // K bytes of a box row: the span of the 128-byte swizzle
-// Weights requested and not landed, over the device, that keep an H100's DRAM busy: its bandwidth times its
-// latency under load (3 TB/s x ~2.8 us). A cap on the stages in flight never takes a grid below it.
+// Weights requested and not landed, over the device, below which a cap on the stages in flight does not go:
+// 2.8 us of an H100's copy bandwidth. With 2 stages a CTA, 405B o on 128 CTAs keeps 8-16 MiB in flight and was
+// level alone; 8B qkv on 96 CTAs kept 6 MiB and was 8% slower (session 16, the window rule below).
 constexpr long long kTmaMinBytesInFlight = 8LL << 20;
 constexpr int kTmaConsumerWarps = 8;
 // 12 warps in all: 3 per SM sub-partition, whose 16K registers then allow 168 per thread (a 13th warp would
@@ -228,7 +231,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // nvidia-h100/session15-2026-11-26/experiments/window/; session 16, .../session16-2026-11-26/experiments/
   // knobs/ and window-ab/): 0.10-0.14 ms faster at batch 8 and 32, 0.04-0.09 ms at batch 1; alone level after a
   // quantization and up to 4% slower after another GEMM. 8B qkv (96 CTAs: 6 MiB with two stages) was 8% slower
-  // alone (window-ab/sweep-05c7060/), and 405B down (13-26 K-blocks a CTA) 0.16 ms slower in the step with 3.
+  // alone (window-ab/sweep-05c7060/); 405B down (13-26 K-blocks a CTA) was 0.16 ms slower in the step with 3.
   const bool flood_is_the_stream = p.sk_tiles == 0 && p.dp_rounds == 1 && 2 * p.stages >= p.k_blocks &&
                                    2 * unit_bytes * ctas >= kTmaMinBytesInFlight;
   const int window = o.window ? o.window : flood_is_the_stream ? 2 : p.stages;

@@ -254,7 +254,6 @@ def test_cluster_per_tile_at_few_tokens(nvidia_planner):
     assert plan_one(nvidia_planner, H100, 32, 13312, 16384, tma_cluster=1)["cluster_x"] == 1
 
 
-
 def test_window_where_the_first_flood_is_the_stream(nvidia_planner):
     """Two stages in flight where each CTA streams one whole tile that its ring holds at least half of and two
     stages a CTA still keep 8 MiB requested (405B o on 128 CTAs, measured faster in the decode step, session 16);
@@ -266,6 +265,7 @@ def test_window_where_the_first_flood_is_the_stream(nvidia_planner):
         for n, k in ((6144, 4096), (16384, 6656), (2304, 16384)):
             p = plan_one(nvidia_planner, H100, m, n, k)
             assert p["window"] == p["stages"], p
+
 
 # ------------------------------------------------------------------------------------------ which kernel
 
