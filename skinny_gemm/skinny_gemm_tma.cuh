@@ -18,8 +18,8 @@
 //                         (skinny_gemm_reduce.cuh's protocol), overlapped with the consumers' next run. The
 //                         last run of a CTA the consumers and reducers reduce together. Without reducers
 //                         (p.reducers = 0) the consumers reduce every run themselves before the next.
-//   a run's end           a whole tile with one warp column: each warp stores its accumulators' outputs
-//                         itself (finish_fragments). A tile-aligned grid at few tokens (p.cluster > 1): the
+//   a run's end           a whole tile with one warp column: each warp finishes its accumulators' outputs
+//                         itself (for_each_fragment). A tile-aligned grid at few tokens (p.cluster > 1): the
 //                         tile's CTAs are a cluster and add their partials through each other's shared memory
 //                         (reduce_run), the producer warp joining the cluster barriers.
 //
@@ -243,7 +243,8 @@ FP8DK_DEVICE void for_each_fragment(const float (&acc)[RB][NT][4], int lane, F&&
 
 // The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
 // partial sums. Adds them in column order and finishes the tile (alone) or meets the tile's other
-// contributions in its cluster (p.cluster > 1) or in the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
+// contributions in its cluster (p.cluster > 1) or in the workspace. `tid` of `threads` threads; `arrived` a
+// shared word of theirs.
 template <class Out>
 FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, int tile,
                              float* ws, unsigned* counters, unsigned& arrived, int tid, int threads) {
@@ -460,7 +461,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   int stage = 0;
   unsigned phase = 0;
   for (int i = 0; i < run;) {
-    int run_tile, kb0;  // held through the run: looked up again at its end (64-bit divisions), in every tail
+    int run_tile, kb0;  // held through the run, not looked up again at its end (64-bit divisions in every tail)
     work.unit(p, i, run_tile, kb0);
     const int end = work.run_end(p, i, kb0), kb1 = kb0 + end - i;
     i = end;
