@@ -76,13 +76,18 @@ struct Epilogue {
 // warps, which finish some tiles and not others from run to run, 2 of 7.4 million outputs differed over 100
 // reruns (docs/experiments/README.md, item 19).
 template <class Out>
-FP8DK_DEVICE void finish(const Epilogue& e, int m, int n, float acc) {
+FP8DK_DEVICE uint16_t finished(const Epilogue& e, int n, float acc) {
   const float bias = e.bias != nullptr ? Out::to_float(e.bias[n]) : -0.f;
-  e.out[m * e.out_stride + n] = Out::from_float(fma_rn(acc, e.alpha, bias));
+  return Out::from_float(fma_rn(acc, e.alpha, bias));
 }
 
-// Outputs n .. n + 3 of row m (n a multiple of 4), each exactly as finish() computes it: one 8-byte store
-// where e.out_quads, else four.
+template <class Out>
+FP8DK_DEVICE void finish(const Epilogue& e, int m, int n, float acc) {
+  e.out[m * e.out_stride + n] = finished<Out>(e, n, acc);
+}
+
+// Outputs n .. n + 3 of row m (n a multiple of 4), each finished() as finish() does: one 8-byte store where
+// e.out_quads, else four.
 template <class Out>
 FP8DK_DEVICE void finish4(const Epilogue& e, int m, int n, const float (&acc)[4]) {
   if (!e.out_quads) {
@@ -92,10 +97,7 @@ FP8DK_DEVICE void finish4(const Epilogue& e, int m, int n, const float (&acc)[4]
   }
   uint64_t bits = 0;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float bias = e.bias != nullptr ? Out::to_float(e.bias[n + j]) : -0.f;
-    bits |= static_cast<uint64_t>(Out::from_float(fma_rn(acc[j], e.alpha, bias))) << (16 * j);
-  }
+  for (int j = 0; j < 4; ++j) bits |= static_cast<uint64_t>(finished<Out>(e, n + j, acc[j])) << (16 * j);
   *reinterpret_cast<uint64_t*>(e.out + m * e.out_stride + n) = bits;
 }
 
