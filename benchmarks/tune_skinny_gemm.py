@@ -106,7 +106,7 @@ def main(argv=None) -> int:
                         us = timer.time([lambda w=w: k.skinny_gemm(operand(), w, scale_a, scale_b,
                                                                    out_dtype=torch.bfloat16)
                                          for w in weights], est_us)["median_us"] - quant_us
-                except RuntimeError as e:
+                except (RuntimeError, ValueError) as e:  # ValueError: a tiling the copy-engine plan cannot hold
                     print(f"{layer:8s} M={m:<3d} {name:24s} rejected: {str(e).splitlines()[0]}", flush=True)
                     continue
                 pct = 100 * nbytes / (us * 1e3) / copy_gbps
