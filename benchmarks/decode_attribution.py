@@ -16,7 +16,8 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
             of our GEMMs is worth in the step (with PDL edges broken where a cuBLAS kernel comes in)
   skip      our build with one op replaced by a no-op returning a preallocated tensor (timing only: the output
             is wrong): the SwiGLU, the quantization before O, both RMSNorms, all of them, attention, everything
-            but the GEMMs
+            but the GEMMs; and both RMSNorms as a near-empty kernel of ours (what a place in the PDL chain costs),
+            run on the batch's first row only, or without the residual (rms_norm of x)
   chain     the step's GEMMs alone, back to back in model order (ours with and without PDL, torch), then each
             class alone: the GEMMs' time without the other kernels
   env       our build under tuning variables (--env LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE]), set when the graph is
@@ -135,10 +136,37 @@ def skipped_ops(setup, ours, batch: int) -> Dict[str, tuple]:
     def no_attention(*args):
         return attention_out
 
+    tiny = torch.zeros(1, 16, device=device, dtype=setup.dtype)
+
+    def norm_as_handoff(x, residual, weight, eps, scale, out_dtype):
+        """A kernel of ours in the RMSNorm's place that does nearly nothing (one CTA quantizing 16 values): what
+        a kernel's place in the PDL chain costs, apart from its work."""
+        if out_dtype is None:
+            return x
+        ours.quantize(tiny, scale, out_dtype)
+        return norm_out
+
+    def norm_of_one_row(x, residual, weight, eps, scale, out_dtype):
+        """The RMSNorm of the batch's first row only: its kernel and split for one row (the batch-1 launch)."""
+        if out_dtype is None:
+            return x
+        ours.add_rms_norm(x[:1], residual[:1], weight, eps, scale, out_dtype)
+        return norm_out
+
+    def norm_without_residual(x, residual, weight, eps, scale, out_dtype):
+        """rms_norm of x alone: the RMSNorm without the residual's read and write."""
+        if out_dtype is None:
+            return x
+        setup.kernel.rms_norm(x, weight, eps, scale, out_dtype)
+        return norm_out
+
     none = ours._replace(silu_and_mul=lambda *a: swiglu_out, quantize=lambda *a: quant_out, add_rms_norm=no_norm)
     return {"no swiglu": (ours._replace(silu_and_mul=none.silu_and_mul), None),
             "no quant": (ours._replace(quantize=none.quantize), None),
             "no rmsnorm": (ours._replace(add_rms_norm=no_norm), None),
+            "rmsnorm as a near-empty kernel": (ours._replace(add_rms_norm=norm_as_handoff), None),
+            "rmsnorm of one row": (ours._replace(add_rms_norm=norm_of_one_row), None),
+            "rmsnorm without the residual": (ours._replace(add_rms_norm=norm_without_residual), None),
             "no elementwise": (none, None),
             "no attention": (ours, no_attention),
             "GEMMs only": (none, no_attention)}
