@@ -85,6 +85,10 @@ def skinny_gemm(
     ``F.linear`` for 16-bit. FP8 calls with M <= 32 also go to ``torch._scaled_mm`` where it was measured
     faster than our kernel (``routing.py``; ``FP8DK_SKINNY_ROUTE=0`` turns that off). Returns a new [M, N]
     tensor.
+
+    On Hopper the kernel requests ``b`` before it waits for the kernel before it on the stream (programmatic
+    dependent launch): ``b`` must not be written by this package's kernels just before it, e.g. a weight that
+    ``quantize_fp8`` produces right before the call (README, "Tuning overrides", on PDL).
     """
     check_tensor("skinny_gemm", "a", a)
     check_tensor("skinny_gemm", "b", b)
