@@ -130,35 +130,30 @@ def skipped_ops(setup, ours, batch: int) -> Dict[str, tuple]:
     norm_out = torch.zeros(batch, sh.hidden, device=device).to(fp8)
     attention_out = torch.zeros(batch, sh.heads * sh.head_dim, device=device, dtype=setup.dtype)
 
-    def no_norm(x, residual, weight, eps, scale, out_dtype):
-        return x if out_dtype is None else norm_out  # the final norm (16-bit out) passes x through
+    def norm_replaced_by(launch):
+        """An RMSNorm that runs `launch(x, residual, weight, eps, scale, out_dtype)` in its place and returns the
+        preallocated output; the final norm (16-bit out) passes x through."""
+        def norm(x, residual, weight, eps, scale, out_dtype):
+            if out_dtype is None:
+                return x
+            launch(x, residual, weight, eps, scale, out_dtype)
+            return norm_out
+        return norm
 
     def no_attention(*args):
         return attention_out
 
     tiny = torch.zeros(1, 16, device=device, dtype=setup.dtype)
-
-    def norm_as_handoff(x, residual, weight, eps, scale, out_dtype):
-        """A kernel of ours in the RMSNorm's place that does nearly nothing (one CTA quantizing 16 values): what
-        a kernel's place in the PDL chain costs, apart from its work."""
-        if out_dtype is None:
-            return x
-        ours.quantize(tiny, scale, out_dtype)
-        return norm_out
-
-    def norm_of_one_row(x, residual, weight, eps, scale, out_dtype):
-        """The RMSNorm of the batch's first row only: its kernel and split for one row (the batch-1 launch)."""
-        if out_dtype is None:
-            return x
-        ours.add_rms_norm(x[:1], residual[:1], weight, eps, scale, out_dtype)
-        return norm_out
-
-    def norm_without_residual(x, residual, weight, eps, scale, out_dtype):
-        """rms_norm of x alone: the RMSNorm without the residual's read and write."""
-        if out_dtype is None:
-            return x
-        setup.kernel.rms_norm(x, weight, eps, scale, out_dtype)
-        return norm_out
+    no_norm = norm_replaced_by(lambda *args: None)
+    # One CTA of ours quantizing 16 values: what a kernel's place in the PDL chain costs, apart from its work.
+    norm_as_handoff = norm_replaced_by(lambda x, residual, weight, eps, scale, out_dtype:
+                                       ours.quantize(tiny, scale, out_dtype))
+    # The RMSNorm of the batch's first row only: its kernel and split for one row (the batch-1 launch).
+    norm_of_one_row = norm_replaced_by(lambda x, residual, weight, eps, scale, out_dtype:
+                                       ours.add_rms_norm(x[:1], residual[:1], weight, eps, scale, out_dtype))
+    # rms_norm of x alone: the RMSNorm without the residual's read and write.
+    norm_without_residual = norm_replaced_by(lambda x, residual, weight, eps, scale, out_dtype:
+                                             setup.kernel.rms_norm(x, weight, eps, scale, out_dtype))
 
     none = ours._replace(silu_and_mul=lambda *a: swiglu_out, quantize=lambda *a: quant_out, add_rms_norm=no_norm)
     return {"no swiglu": (ours._replace(silu_and_mul=none.silu_and_mul), None),
