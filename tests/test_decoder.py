@@ -35,6 +35,15 @@ LAYER_OUTPUT_TOLERANCE = 0.1
 BENCHMARK_DECODER = REPO_ROOT / "benchmarks" / "decoder.py"
 
 
+def benchmark_script(name: str):
+    """benchmarks/<name>, or a skip where benchmarks/ is not part of this checkout (e.g. kernel-builder's test
+    sandbox)."""
+    script = REPO_ROOT / "benchmarks" / name
+    if not script.is_file():
+        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    return script
+
+
 @pytest.fixture
 def convert(kernel):
     """The package's static-FP8 modules and converters."""
@@ -52,8 +61,7 @@ def _benchmark_decoder():
 @pytest.fixture
 def decoder():
     """benchmarks/decoder.py, the decoder model that benchmarks/decode_step.py times."""
-    if not BENCHMARK_DECODER.is_file():
-        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    benchmark_script(BENCHMARK_DECODER.name)
     return _benchmark_decoder()
 
 
@@ -325,9 +333,7 @@ def test_convert_rejects_models_without_llama_mlps(convert):
 @pytest.mark.parametrize("device", ["cpu"])
 def test_decode_step_benchmark_cpu_smoke(kernel, device, tmp_path):
     """benchmarks/decode_step.py end to end at tiny sizes, loading the kernel the way these tests do."""
-    script = REPO_ROOT / "benchmarks" / "decode_step.py"
-    if not script.is_file():
-        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    script = benchmark_script("decode_step.py")
     command = [sys.executable, str(script), "--repo-id", REPO_ID, "--device", "cpu", "--layers", "1",
                "--hidden", "128", "--heads", "16", "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024",
                "--kv-len", "16", "--batch", "2", "--replays", "3", "--profile-steps", "1", "--no-compile",
@@ -345,9 +351,7 @@ def test_decode_step_benchmark_cpu_smoke(kernel, device, tmp_path):
                                                                                        reason="no GPU"))])
 def test_decode_attribution_smoke(kernel, device, tmp_path):
     """benchmarks/decode_attribution.py end to end at tiny sizes, every study (on CPU without the timeline)."""
-    script = REPO_ROOT / "benchmarks" / "decode_attribution.py"
-    if not script.is_file():
-        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    script = benchmark_script("decode_attribution.py")
     command = [sys.executable, str(script), "--env", "no PDL:FP8DK_PDL=0",
                "--env", "o, 2 stages:o:FP8DK_SKINNY_TMA_STAGES=2", "--env", "o, 2 stages:FP8DK_PDL=0",
                "--rounds", "1",
@@ -376,9 +380,7 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
 def test_decode_attribution_layer_timeline():
     """The timeline's indexing on a made-up trace: per step the residual's zeros, 8 layers of (RMSNorm, GEMM,
     SwiGLU) where the GEMM starts before the RMSNorm ends (PDL), the final norm; three steps."""
-    script = REPO_ROOT / "benchmarks" / "decode_attribution.py"
-    if not script.is_file():
-        pytest.skip("benchmarks/ is not part of this checkout (e.g. kernel-builder's test sandbox)")
+    script = benchmark_script("decode_attribution.py")
     sys.path.insert(0, str(script.parent))
     try:
         spec = importlib.util.spec_from_file_location("decode_attribution", script)
