@@ -112,6 +112,15 @@ struct TileArgs {
   int count, index;       // contributions to the tile, and which one this CTA's is (cluster: its rank)
   float* ws;              // kWorkspace: [contributions][m][n]
   unsigned* counters;     // kWorkspace: [tiles], zero on entry and on exit
+
+  // Tile rows that exist in out (the last tile may end past n).
+  FP8DK_DEVICE int cols() const { return block_n < n - n0 ? block_n : n - n0; }
+  // Element (r, c) of this CTA's partial tile: red's warp columns added in column order.
+  FP8DK_DEVICE float cta_sum(const float* red, int r, int c) const {
+    float v = 0.f;
+    for (int w = 0; w < wk; ++w) v += red[(w * mp + r) * red_pitch + c];
+    return v;
+  }
 };
 
 // The cluster meet: this CTA's partial tile (its warp columns added in order) in place of warp column 0's (each
@@ -122,13 +131,11 @@ struct TileArgs {
 template <class Out>
 FP8DK_DEVICE void meet_in_cluster(float* red, const TileArgs& t, const Epilogue& e, int tid, int threads) {
 #if defined(FP8DK_SM90)
-  const int cols = t.block_n < t.n - t.n0 ? t.block_n : t.n - t.n0;
+  const int cols = t.cols();
   const int items = t.m * cols;
   for (int i = tid; i < items; i += threads) {
     const int r = i / cols, c = i % cols;
-    float v = 0.f;
-    for (int w = 0; w < t.wk; ++w) v += red[(w * t.mp + r) * t.red_pitch + c];
-    red[r * t.red_pitch + c] = v;
+    red[r * t.red_pitch + c] = t.cta_sum(red, r, c);
   }
   cluster_sync();
   for (int i = t.index * threads + tid; i < items; i += t.count * threads) {
@@ -150,13 +157,9 @@ FP8DK_DEVICE void meet_in_cluster(float* red, const TileArgs& t, const Epilogue&
 // Called by all threads of the CTA after a barrier that follows the warps' stores to red.
 template <class Out>
 FP8DK_DEVICE void reduce_tile(float* red, const TileArgs& t, Meet meet, const Epilogue& e) {
-  const int cols = t.block_n < t.n - t.n0 ? t.block_n : t.n - t.n0;
+  const int cols = t.cols();
   const int items = t.m * cols;
-  auto cta_sum = [&](int r, int c) {
-    float v = 0.f;
-    for (int w = 0; w < t.wk; ++w) v += red[(w * t.mp + r) * t.red_pitch + c];
-    return v;
-  };
+  auto cta_sum = [&](int r, int c) { return t.cta_sum(red, r, c); };
 
   if (meet == Meet::kAlone) {
     for (int i = threadIdx.x; i < items; i += blockDim.x) finish<Out>(e, i / cols, t.n0 + i % cols, cta_sum(i / cols, i % cols));
