@@ -77,6 +77,14 @@ FP8DK_DEVICE void copy_2d(void* dst, const void* map, int c0, int c1, uint64_t* 
       : "memory");
 }
 
+// 16 bytes from global to shared memory without a trip through registers (cp.async, cached in L2 only). The
+// issuing thread waits for its copies with copy_16_wait_all(); other threads see them after a barrier past that.
+FP8DK_DEVICE void copy_16(void* dst_shared, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst_shared)), "l"(src) : "memory");
+}
+
+FP8DK_DEVICE void copy_16_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // Named barrier `id` (1..15) among `threads` threads (whole warps) that all call it: some roles' warps of a
 // warp-specialized block (barrier 0 is __syncthreads, which the other roles would never reach).
 FP8DK_DEVICE void sync_threads(int threads, int id = 1) {
