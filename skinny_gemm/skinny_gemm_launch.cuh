@@ -214,7 +214,7 @@ class KernelsOf final : public Kernels {
         TORCH_CHECK(kernel != nullptr, "skinny_gemm_add_rms_norm: no fused kernel for the plan (a launcher bug)");
         partials = at::empty({static_cast<long long>(p.tiles) * kNormMaxTokens}, like.options().dtype(at::kFloat));
         norm.partials = partials.data_ptr<float>();
-        norm.barrier = zeroed_words(like, stream, 2, Words::kGridBarrier);
+        norm.barrier = zeroed_words(like, stream, kGridBarrierWords, Words::kGridBarrier);
       }
       return launch_planned(kernel, l, x.map_a, x.map_b, x, p, like, stream, norm);
     }

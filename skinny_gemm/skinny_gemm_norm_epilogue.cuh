@@ -49,7 +49,7 @@ struct NormArgs {
   const float* scale;      // the FP8 output's static scale, one element
   float eps;
   float* partials;         // [tiles][kNormMaxTokens]: each tile's per-token sums of squares
-  unsigned* barrier;       // two words, zero before first use (common/grid_barrier.cuh)
+  unsigned* barrier;       // kGridBarrierWords words, zero before first use (common/grid_barrier.cuh)
 };
 
 #if defined(FP8DK_SM90)
