@@ -35,12 +35,13 @@ struct Args {
 };
 
 // What a buffer of zeroed words serves (below): each kind has buffers of its own.
-enum class Words { kTileCounters, kGridBarrier };
+enum class Words { kTileCounters, kGridExchange };
 
-// `count` words, all zero, for `kind`: the arrival counters of the workspace reduction (each tile's last CTA
-// resets its counter) or the state of a grid barrier (common/grid_barrier.cuh). The kernels leave them as they
-// need them, so a buffer is zeroed once, when allocated, and then serves every later launch of its kind that
-// cannot overlap it: one buffer per (kind, device, stream, CUDA-graph capture). Launches on other streams, and
+// At least `count` words, zero when allocated, for `kind`: the arrival counters of the workspace reduction (each
+// tile's last CTA resets its counter) or the state and slots of a grid exchange (common/grid_exchange.cuh). The
+// kernels leave them as the next launch needs them, so a buffer is zeroed once, when allocated (or grown), and
+// then serves every later launch of its kind that cannot overlap it: one buffer per (kind, device, stream,
+// CUDA-graph capture). Launches on other streams, and
 // graph replays next to eager calls on the capture stream, get buffers of their own. Inside a capture the
 // buffer comes from the graph's memory pool and its zeroing is a node of the graph (once per graph, not per
 // call). Buffers live as long as the process (a captured graph may still use one): a few KB per stream and
@@ -137,8 +138,9 @@ auto copy_engine_kernel(int nt, int rb, bool qgmma) {
   }
 }
 
-// The copy-engine kernel with skinny_gemm_add_rms_norm's epilogue, for the plans tma_norm_fusable() accepts: FP8
-// operands, one row block per warp, wgmma exactly for OCP e4m3 above 8 tokens. Null for any other.
+// The copy-engine kernel with skinny_gemm_add_rms_norm's epilogue, for the plans tma_norm_fusable() accepts with
+// the default tiling: FP8 operands, one row block per warp, wgmma exactly for OCP e4m3 above 8 tokens. Null for
+// any other (the launcher then composes the two ops).
 template <class Ab, class Out>
 auto add_rms_norm_kernel(int nt, bool qgmma) -> decltype(&skinny_gemm_tma_kernel<Ab, Out, 1, 1>) {
   if constexpr (std::is_same_v<Ab, fp8dk::E4m3fn>) {
@@ -150,13 +152,8 @@ auto add_rms_norm_kernel(int nt, bool qgmma) -> decltype(&skinny_gemm_tma_kernel
       default: return &skinny_gemm_tma_kernel<Ab, Out, 4, 1, true, true>;
     }
   } else if constexpr (std::is_same_v<Ab, fp8dk::E4m3fnuz>) {
-    if (qgmma) return nullptr;
-    switch (nt) {
-      case 1: return &skinny_gemm_tma_kernel<Ab, Out, 1, 1, false, true>;
-      case 2: return &skinny_gemm_tma_kernel<Ab, Out, 2, 1, false, true>;
-      case 3: return &skinny_gemm_tma_kernel<Ab, Out, 3, 1, false, true>;
-      default: return &skinny_gemm_tma_kernel<Ab, Out, 4, 1, false, true>;
-    }
+    // Above 8 tokens its plans take two warp columns (skinny_gemm_tma_plan.cuh), which the epilogue cannot.
+    return qgmma || nt != 1 ? nullptr : &skinny_gemm_tma_kernel<Ab, Out, 1, 1, false, true>;
   } else {
     (void)nt, (void)qgmma;
     return nullptr;
@@ -208,13 +205,11 @@ class KernelsOf final : public Kernels {
       const TmaPlan& p = l.copy_engine;
       NormArgs norm = x.norm;
       auto* kernel = copy_engine_kernel<Ab, Out>(p.nt, p.rb, p.qgmma != 0);
-      at::Tensor partials;
       if (l.fused_norm) {
         kernel = add_rms_norm_kernel<Ab, Out>(p.nt, p.qgmma != 0);
         TORCH_CHECK(kernel != nullptr, "skinny_gemm_add_rms_norm: no fused kernel for the plan (a launcher bug)");
-        partials = at::empty({static_cast<long long>(p.tiles) * kNormMaxTokens}, like.options().dtype(at::kFloat));
-        norm.partials = partials.data_ptr<float>();
-        norm.barrier = zeroed_words(like, stream, kGridBarrierWords, Words::kGridBarrier);
+        norm.exchange = zeroed_words(like, stream, kExchangeStateWords + 2LL * p.tiles * kNormMaxTokens,
+                                     Words::kGridExchange);
       }
       return launch_planned(kernel, l, x.map_a, x.map_b, x, p, like, stream, norm);
     }

@@ -10,15 +10,16 @@
 //   2. form h = In(acc * alpha + bias) (the GEMM's 16-bit output, as finished() rounds it) and r = In(h +
 //      residual) (fused_add_rms_norm's add, add2), keep r in registers and write it back to the residual;
 //   3. add each token's squares of r over the tile in a fixed order: a thread's two rows, shuffles over the
-//      warp's 8 row groups, the 8 warps in order, into partials[tile][token];
-//   4. meet every other CTA at a grid barrier (common/grid_barrier.cuh);
-//   5. add each token's partials over the tiles in one fixed order, the same in every CTA (8 threads a token,
-//      each a stride of the tiles, then shuffles), and take inv = inv_rms(sum) as rms_norm does;
-//   6. store y = FP8(In(weight * In(r * inv)) / scale) (rms_norm's normalize_store, element by element).
+//      warp's 8 row groups, the 8 warps in order, and publish the tile's sums to the other CTAs
+//      (common/grid_exchange.cuh: slot [tile][token]);
+//   4. collect every tile's sums and add each token's over the tiles in one fixed order, the same in every CTA
+//      (8 threads a token, each a stride of the tiles, then shuffles), and take inv = inv_rms(sum) as rms_norm
+//      does;
+//   5. store y = FP8(In(weight * In(r * inv)) / scale) (rms_norm's normalize_store, element by element).
 // So the residual is bitwise fused_add_rms_norm's, and the FP8 outputs are its except where the sum of squares,
 // added in another order, rounds differently (one FP8 step at most, rarely; README "Op contract").
 //
-// Step 1 is the producer warp's; 2-6 the consumer warps'.
+// Step 1 is the producer warp's; 2-5 the consumer warps'.
 //
 // Fragments: a consumer thread holds acc[RB][NT][4] of tokens nt * 8 + 2t + (j & 1) and rows rb * 16 + g + 8 *
 // (j >> 1) of its warp's rows (lane = 4g + t): j = 2h and 2h + 1 are one row for tokens 2t and 2t + 1, a
@@ -27,7 +28,7 @@
 
 #if defined(FP8DK_NVIDIA)
 #include "common/fp8_scale.cuh"
-#include "common/grid_barrier.cuh"
+#include "common/grid_exchange.cuh"
 #include "common/numerics.cuh"
 #include "common/tma.cuh"
 #include "skinny_gemm/skinny_gemm_reduce.cuh"
@@ -36,7 +37,7 @@
 namespace fp8dk {
 namespace skinny {
 
-constexpr int kNormMaxTokens = 32;  // partials[tile][kNormMaxTokens]
+constexpr int kNormMaxTokens = 32;  // exchange slots [tile][kNormMaxTokens]
 constexpr int kBarNorm = 5;         // named barrier of the consumer warps in the fused epilogue
 constexpr int kBarNormStaged = 6;   // the consumer warps and the producer warp: the residual rows are staged
 
@@ -48,8 +49,9 @@ struct NormArgs {
   long long out_stride;
   const float* scale;      // the FP8 output's static scale, one element
   float eps;
-  float* partials;         // [tiles][kNormMaxTokens]: each tile's per-token sums of squares
-  unsigned* barrier;       // kGridBarrierWords words, zero before first use (common/grid_barrier.cuh)
+  // The exchange of the tiles' per-token sums of squares (common/grid_exchange.cuh): kExchangeStateWords words,
+  // then [tiles][kNormMaxTokens] slots of 64 bits, zero before the first use and kept from launch to launch.
+  unsigned* exchange;
 };
 
 #if defined(FP8DK_SM90)
@@ -76,7 +78,7 @@ FP8DK_DEVICE int thread_index_here() {
   return v;
 }
 
-// Steps 2-6 for a whole tile, the CTA's only one (tile blockIdx.x), by the consumer warps: warp w of
+// Steps 2-5 for a whole tile, the CTA's only one (tile blockIdx.x), by the consumer warps: warp w of
 // kTmaConsumerWarps holds rows [w * 16 * RB, + 16 * RB) of the tile (one warp column). The FP8 flavour of the
 // output is the operands' (Ab), Out the 16-bit type of the GEMM's output and the residual.
 template <class Ab, class Out, int NT, int RB>
@@ -106,6 +108,7 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
       w[rb][h] = bits | (bits << 16);
     }
   const float scale_value = OutScale<Ab>::read(a.scale);
+  const GridExchange exchange(a.exchange);
   tma::sync_threads(kThreads + 32, kBarNormStaged);
 
   // Step 2, and each thread's share of step 3: the squares of its rows per token (tokens 2t and 2t + 1 of each
@@ -156,7 +159,7 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
     float v = 0.f;
 #pragma unroll
     for (int k = 0; k < kTmaConsumerWarps; ++k) v += sums[k * kMP + tid];
-    a.partials[tile * kNormMaxTokens + tid] = v;
+    exchange.publish(tile * kNormMaxTokens + tid, v);
   }
   // The updated residual rows, 16 bytes a store.
   const int chunks = cols / 8;
@@ -166,26 +169,23 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
         *reinterpret_cast<const uint4*>(res + token * s.res_pitch + c);
   }
 
-  // Step 4.
-  tma::sync_threads(kThreads, kBarNorm);
-  if (tid == 0) grid_barrier(a.barrier, gridDim.x);
-  tma::sync_threads(kThreads, kBarNorm);
-
-  // Step 5: token tid / 8; its 8 threads add tiles sub, sub + 8, ... (16 loads in flight each), in order.
+  // Step 4: token tid / 8; its 8 threads add tiles sub, sub + 8, ... (16 collected at once), in order.
   {
     constexpr int kLoads = 16;
     const int token = tid / 8, sub = tid % 8, tiles = static_cast<int>(gridDim.x);
     float total = 0.f;
     if (token < p.m) {
       for (int t0 = sub; t0 < tiles; t0 += 8 * kLoads) {
+        int slot[kLoads];
         float v[kLoads];
 #pragma unroll
         for (int j = 0; j < kLoads; ++j) {
           const int tl = t0 + 8 * j;
-          v[j] = tl < tiles ? __ldcg(a.partials + tl * kNormMaxTokens + token) : 0.f;
+          slot[j] = (tl < tiles ? tl : t0) * kNormMaxTokens + token;  // past the tiles: any published slot
         }
+        exchange.collect(slot, v);
 #pragma unroll
-        for (int j = 0; j < kLoads; ++j) total += v[j];
+        for (int j = 0; j < kLoads; ++j) total += t0 + 8 * j < tiles ? v[j] : 0.f;
       }
     }
     total += __shfl_xor_sync(0xffffffffu, total, 1);
@@ -193,9 +193,10 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
     total += __shfl_xor_sync(0xffffffffu, total, 4);
     if (sub == 0 && token < p.m) inv[token] = inv_rms(total, p.n, a.eps);
   }
+  if (tid == 0) exchange.retire(gridDim.x);  // after its own collects: the others compare with their own tag
   tma::sync_threads(kThreads, kBarNorm);
 
-  // Step 6: into the staging, then 16 bytes a store.
+  // Step 5: into the staging, then 16 bytes a store.
   const OutScale<Ab> scale(scale_value);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {

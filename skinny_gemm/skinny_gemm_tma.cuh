@@ -465,8 +465,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 
   // ---- consumers
   if constexpr (kNorm) {
-    // The fused epilogue needs one whole tile per CTA, finished from the accumulators (and every CTA at its grid
-    // barrier): anything else is a launcher bug, which a deadlock would hide.
+    // The fused epilogue needs one whole tile per CTA, finished from the accumulators (and every CTA in the
+    // exchange of sums): anything else is a launcher bug, which a deadlock would hide.
     if (p.sk_tiles != 0 || p.dp_rounds != 1 || p.wk != 1 || p.reducers || p.cluster != 1 || gridDim.x != p.tiles)
       __trap();
   }

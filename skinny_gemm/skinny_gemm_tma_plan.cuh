@@ -282,14 +282,16 @@ struct NormStaging {
 
 // Whether plan p can finish the RMSNorm that follows it in its epilogue. Every CTA must own one whole tile and
 // finish it from its accumulators (one warp column, no reducers, no cluster), and all CTAs must be resident at
-// once: the epilogue meets them at a grid barrier (common/grid_barrier.cuh), and the kernel runs one CTA per
-// SM. One row block per warp, and wgmma exactly where the plan's default takes it (OCP e4m3 above 8 tokens):
-// the fused kernels instantiated (skinny_gemm_launch.cuh, add_rms_norm_kernel). `n` a multiple of 16 and the
-// residual and FP8 rows 16-byte aligned (the launcher's part) let the epilogue move its rows in 16 bytes.
+// once: the epilogue exchanges sums among them (common/grid_exchange.cuh), and the kernel runs one CTA per
+// SM. One row block per warp, and the fused kernels instantiated (skinny_gemm_launch.cuh, add_rms_norm_kernel):
+// those of the default tilings, OCP e4m3 with wgmma exactly above 8 tokens, e4m3fnuz at 8 tokens or fewer. `n` a
+// multiple of 16 and the residual and FP8 rows 16-byte aligned (the launcher's part) let the epilogue move its
+// rows in 16 bytes.
 inline bool tma_norm_fusable(const TmaPlan& p, bool ocp_e4m3, int elem_bytes, int sms) {
   const int mp = p.nt * 8;
   return elem_bytes == 1 && p.rb == 1 && p.wk == 1 && !p.reducers && p.cluster == 1 && p.sk_tiles == 0 &&
-         p.dp_rounds == 1 && p.ctas == p.tiles && p.ctas <= sms && p.qgmma == (ocp_e4m3 && p.nt >= 2 ? 1 : 0) &&
+         p.dp_rounds == 1 && p.ctas == p.tiles && p.ctas <= sms &&
+         (ocp_e4m3 ? p.qgmma == (p.nt >= 2 ? 1 : 0) : p.nt == 1) &&
          p.n % 16 == 0 && NormStaging(mp, p.block_n).bytes <= p.wk * mp * p.red_pitch * 4;
 }
 

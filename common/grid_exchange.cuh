@@ -1,0 +1,79 @@
+#pragma once
+// An all-to-all exchange of a few floats among the CTAs of a grid whose launcher has made sure that all of them
+// are resident at once (at most one CTA per SM and no more CTAs than SMs). Without that guarantee it can
+// deadlock: never use it in a grid the device may run in waves.
+//
+// Each CTA publishes its values and reads everyone's, with no barrier, fence or atomic on the way: every value
+// travels in one 64-bit word together with the launch's tag (value bits low, tag high; a 64-bit store and load
+// are single-copy atomic), so a reader that finds the tag knows the value is this launch's, and polls until it
+// finds it. The tag is the count of launches before this one, plus 1: the CTAs read the count after their PDL
+// wait (the previous launch on the stream is then complete), and the last CTA to be done advances it. So the
+// state, zeroed once when allocated, needs no memset per launch; a CUDA graph that zeroes it once per replay
+// (a captured allocation) starts each replay at tag 1 with every slot stale.
+//
+// Against a barrier with a counter (an atomic arrival, release and acquire fences, a poll of the generation,
+// then the loads of the values), the values' own stores are the signal: one round trip through L2 between the
+// last CTA's values and everyone's reads, instead of three or four.
+//
+// NVIDIA only (the copy-engine kernel's fused epilogue is its one user).
+#include "common/platform.cuh"
+
+namespace fp8dk {
+
+#if defined(FP8DK_NVIDIA)
+// The state: the launch count at word 0, the CTAs done at word 32 (another 128-byte line), then the slots.
+constexpr int kExchangeStateWords = 64;
+
+struct GridExchange {
+  unsigned* state;
+  unsigned long long* slots;  // the values, [CTA][value index]: the layout is the caller's
+  unsigned tag;
+
+  // Read by every thread that publishes or collects, after the PDL wait.
+  FP8DK_DEVICE explicit GridExchange(unsigned* words) {
+    state = words;
+    slots = reinterpret_cast<unsigned long long*>(words + kExchangeStateWords);
+    unsigned count;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(count) : "l"(state) : "memory");
+    tag = count + 1;
+  }
+
+  FP8DK_DEVICE void publish(int slot, float value) const {
+    const unsigned long long word = static_cast<unsigned long long>(tag) << 32 | float_as_uint(value);
+    asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(slots + slot), "l"(word) : "memory");
+  }
+
+  FP8DK_DEVICE unsigned long long load(int slot) const {
+    unsigned long long word;
+    asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(word) : "l"(slots + slot) : "memory");
+    return word;
+  }
+
+  // The values of N slots, their loads in flight together; a slot not yet published is polled again after a
+  // short sleep (a poll per thread and round trip would take L2 bandwidth from the CTAs still streaming).
+  template <int N>
+  FP8DK_DEVICE void collect(const int (&slot)[N], float (&value)[N]) const {
+    unsigned long long word[N];
+#pragma unroll
+    for (int j = 0; j < N; ++j) word[j] = load(slot[j]);
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      while (static_cast<unsigned>(word[j] >> 32) != tag) {
+        __nanosleep(64);
+        word[j] = load(slot[j]);
+      }
+      value[j] = uint_as_float(static_cast<unsigned>(word[j]));
+    }
+  }
+
+  // One thread per CTA, once its CTA has collected everything: the last of `ctas` advances the launch count.
+  FP8DK_DEVICE void retire(unsigned ctas) const {
+    if (atomicAdd(state + 32, 1u) == ctas - 1) {
+      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(state + 32) : "memory");
+      asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(state), "r"(tag) : "memory");
+    }
+  }
+};
+#endif
+
+}  // namespace fp8dk
