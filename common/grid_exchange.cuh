@@ -43,26 +43,47 @@ struct GridExchange {
     asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(slots + slot), "l"(word) : "memory");
   }
 
+  static FP8DK_DEVICE unsigned tag_of(unsigned long long word) { return static_cast<unsigned>(word >> 32); }
+
   FP8DK_DEVICE unsigned long long load(int slot) const {
     unsigned long long word;
     asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(word) : "l"(slots + slot) : "memory");
     return word;
   }
 
-  // The values of N slots, their loads in flight together; a slot not yet published is polled again after a
-  // short sleep (a poll per thread and round trip would take L2 bandwidth from the CTAs still streaming).
+  // The values of N slots. Their loads are in flight together, and so are the polls of those not yet published
+  // (one round trip per poll for all of them: polled one after the other, the slots of the last CTAs cost a
+  // round trip each, 11 us a call at 16 slots a thread), with a short sleep between polls.
   template <int N>
   FP8DK_DEVICE void collect(const int (&slot)[N], float (&value)[N]) const {
     unsigned long long word[N];
 #pragma unroll
     for (int j = 0; j < N; ++j) word[j] = load(slot[j]);
+    for (;;) {
+      bool published = true;
 #pragma unroll
-    for (int j = 0; j < N; ++j) {
-      while (static_cast<unsigned>(word[j] >> 32) != tag) {
-        __nanosleep(64);
-        word[j] = load(slot[j]);
-      }
-      value[j] = uint_as_float(static_cast<unsigned>(word[j]));
+      for (int j = 0; j < N; ++j) published = published && tag_of(word[j]) == tag;
+      if (published) break;
+      __nanosleep(100);
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        if (tag_of(word[j]) != tag) word[j] = load(slot[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < N; ++j) value[j] = uint_as_float(static_cast<unsigned>(word[j]));
+  }
+
+  // Waits until slot `first + i * stride` is published for every i < count, polled by one warp (`lane`): the
+  // CTA's other threads then collect at once, instead of all of them polling the L2 that the CTAs still
+  // streaming need.
+  FP8DK_DEVICE void wait_for(int first, int stride, int count, int lane) const {
+    constexpr int kPolls = 8;
+    for (int i0 = lane; i0 < count; i0 += 32 * kPolls) {
+      int slot[kPolls];
+      float unused[kPolls];
+#pragma unroll
+      for (int j = 0; j < kPolls; ++j) slot[j] = first + (i0 + 32 * j < count ? i0 + 32 * j : i0) * stride;
+      collect(slot, unused);
     }
   }
 

@@ -169,7 +169,10 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
         *reinterpret_cast<const uint4*>(res + token * s.res_pitch + c);
   }
 
-  // Step 4: token tid / 8; its 8 threads add tiles sub, sub + 8, ... (16 collected at once), in order.
+  // Step 4: once one warp has seen every tile's last token published, token tid / 8; its 8 threads add tiles sub,
+  // sub + 8, ... (16 collected at once), in order.
+  if (warp == 0) exchange.wait_for(p.m - 1, kNormMaxTokens, static_cast<int>(gridDim.x), lane);
+  tma::sync_threads(kThreads, kBarNorm);
   {
     constexpr int kLoads = 16;
     const int token = tid / 8, sub = tid % 8, tiles = static_cast<int>(gridDim.x);
