@@ -51,39 +51,45 @@ struct GridExchange {
     return word;
   }
 
-  // The values of N slots. Their loads are in flight together, and so are the polls of those not yet published
-  // (one round trip per poll for all of them: polled one after the other, the slots of the last CTAs cost a
-  // round trip each, 11 us a call at 16 slots a thread), with a short sleep between polls.
-  template <int N>
-  FP8DK_DEVICE void collect(const int (&slot)[N], float (&value)[N]) const {
-    unsigned long long word[N];
-#pragma unroll
-    for (int j = 0; j < N; ++j) word[j] = load(slot[j]);
-    for (;;) {
-      bool published = true;
-#pragma unroll
-      for (int j = 0; j < N; ++j) published = published && tag_of(word[j]) == tag;
-      if (published) break;
+  // Polls `slot` until it holds this launch's value, with a short sleep between polls.
+  FP8DK_DEVICE float poll(int slot) const {
+    unsigned long long word = load(slot);
+    while (tag_of(word) != tag) {
       __nanosleep(100);
-#pragma unroll
-      for (int j = 0; j < N; ++j)
-        if (tag_of(word[j]) != tag) word[j] = load(slot[j]);
+      word = load(slot);
     }
-#pragma unroll
-    for (int j = 0; j < N; ++j) value[j] = uint_as_float(static_cast<unsigned>(word[j]));
+    return uint_as_float(static_cast<unsigned>(word));
+  }
+
+  // A slot's value as a copy of it holds it (e.g. a bulk copy of the slots into shared memory), or, where the
+  // copy predates its publication, as polled.
+  FP8DK_DEVICE float value_of(unsigned long long copied, int slot) const {
+    return tag_of(copied) == tag ? uint_as_float(static_cast<unsigned>(copied)) : poll(slot);
   }
 
   // Waits until slot `first + i * stride` is published for every i < count, polled by one warp (`lane`): the
-  // CTA's other threads then collect at once, instead of all of them polling the L2 that the CTAs still
-  // streaming need.
+  // CTA then reads all slots at once, instead of all its threads polling the L2 that the CTAs still streaming
+  // need. A lane's slots are polled together (one round trip per poll for all of them).
   FP8DK_DEVICE void wait_for(int first, int stride, int count, int lane) const {
     constexpr int kPolls = 8;
     for (int i0 = lane; i0 < count; i0 += 32 * kPolls) {
       int slot[kPolls];
-      float unused[kPolls];
+      unsigned long long word[kPolls];
 #pragma unroll
-      for (int j = 0; j < kPolls; ++j) slot[j] = first + (i0 + 32 * j < count ? i0 + 32 * j : i0) * stride;
-      collect(slot, unused);
+      for (int j = 0; j < kPolls; ++j) {
+        slot[j] = first + (i0 + 32 * j < count ? i0 + 32 * j : i0) * stride;
+        word[j] = load(slot[j]);
+      }
+      for (;;) {
+        bool published = true;
+#pragma unroll
+        for (int j = 0; j < kPolls; ++j) published = published && tag_of(word[j]) == tag;
+        if (published) break;
+        __nanosleep(100);
+#pragma unroll
+        for (int j = 0; j < kPolls; ++j)
+          if (tag_of(word[j]) != tag) word[j] = load(slot[j]);
+      }
     }
   }
 

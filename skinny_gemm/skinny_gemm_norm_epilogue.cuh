@@ -37,7 +37,7 @@
 namespace fp8dk {
 namespace skinny {
 
-constexpr int kNormMaxTokens = 32;  // exchange slots [tile][kNormMaxTokens]
+constexpr int kNormMaxTokens = 32;  // exchange slots [tile][m], m <= kNormMaxTokens
 constexpr int kBarNorm = 5;         // named barrier of the consumer warps in the fused epilogue
 constexpr int kBarNormStaged = 6;   // the consumer warps and the producer warp: the residual rows are staged
 
@@ -50,7 +50,8 @@ struct NormArgs {
   const float* scale;      // the FP8 output's static scale, one element
   float eps;
   // The exchange of the tiles' per-token sums of squares (common/grid_exchange.cuh): kExchangeStateWords words,
-  // then [tiles][kNormMaxTokens] slots of 64 bits, zero before the first use and kept from launch to launch.
+  // then [tiles][m] slots of 64 bits (room for kNormMaxTokens tokens), zero before the first use and kept from
+  // launch to launch.
   unsigned* exchange;
 };
 
@@ -70,6 +71,17 @@ FP8DK_DEVICE void stage_residual(const NormArgs& a, unsigned char* red, const Tm
   }
 }
 
+#if defined(FP8DK_DIAG_TIMELINE)
+FP8DK_DEVICE unsigned long long norm_diag_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define FP8DK_NORM_MARK(i) (tid == 0 ? (void)(norm_t[i] = norm_diag_now()) : (void)0)
+#else
+#define FP8DK_NORM_MARK(i) ((void)0)
+#endif
+
 // The thread's index, read where it is used: values the epilogue derives from it are then not computed before
 // the K loop and held through it (where the widest mma.sync tilings have no register to spare: they spilled).
 FP8DK_DEVICE int thread_index_here() {
@@ -83,7 +95,7 @@ FP8DK_DEVICE int thread_index_here() {
 // output is the operands' (Ab), Out the 16-bit type of the GEMM's output and the residual.
 template <class Ab, class Out, int NT, int RB>
 FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilogue& e, const NormArgs& a,
-                                      const TmaPlan& p, unsigned char* red) {
+                                      const TmaPlan& p, unsigned char* ring, unsigned char* red) {
   constexpr int kMP = NT * 8;
   constexpr int kThreads = kTmaConsumerWarps * 32;
   const NormStaging s(kMP, p.block_n);
@@ -96,6 +108,10 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
   const int tile = static_cast<int>(blockIdx.x);
   const int n0 = tile * p.block_n;
   const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
+#if defined(FP8DK_DIAG_TIMELINE)
+  unsigned long long norm_t[6];
+#endif
+  FP8DK_NORM_MARK(0);
 
   // The weights of this thread's rows and the output scale, in flight through the steps before they are used.
   uint32_t w[RB][2];
@@ -109,7 +125,13 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
     }
   const float scale_value = OutScale<Ab>::read(a.scale);
   const GridExchange exchange(a.exchange);
+  __shared__ uint64_t copy_bar[1];  // the bulk copy of the exchanged sums
+  if (tid == 0) {
+    tma::barrier_init(copy_bar, 1);
+    tma::fence_barrier_init();
+  }
   tma::sync_threads(kThreads + 32, kBarNormStaged);
+  FP8DK_NORM_MARK(1);
 
   // Step 2, and each thread's share of step 3: the squares of its rows per token (tokens 2t and 2t + 1 of each
   // n-tile), rows in order.
@@ -159,8 +181,9 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
     float v = 0.f;
 #pragma unroll
     for (int k = 0; k < kTmaConsumerWarps; ++k) v += sums[k * kMP + tid];
-    exchange.publish(tile * kNormMaxTokens + tid, v);
+    exchange.publish(tile * p.m + tid, v);
   }
+  FP8DK_NORM_MARK(2);
   // The updated residual rows, 16 bytes a store.
   const int chunks = cols / 8;
   for (int i = tid; i < p.m * chunks; i += kThreads) {
@@ -169,35 +192,39 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
         *reinterpret_cast<const uint4*>(res + token * s.res_pitch + c);
   }
 
-  // Step 4: once one warp has seen every tile's last token published, token tid / 8; its 8 threads add tiles sub,
-  // sub + 8, ... (16 collected at once), in order.
-  if (warp == 0) exchange.wait_for(p.m - 1, kNormMaxTokens, static_cast<int>(gridDim.x), lane);
+  // Step 4: once one warp has seen every tile's last token published, one bulk copy brings all slots [tile][token]
+  // into the ring (free by now: 8-byte loads of them by every thread of every CTA took 3 us a call at 32 tokens,
+  // bound by the L2's requests). Then warp w adds tiles w, w + 8, ... of token `lane`, in order, and the warps'
+  // sums are added in warp order: the same order in every CTA.
+  const int tiles = static_cast<int>(gridDim.x);
+  if (warp == 0) exchange.wait_for(p.m - 1, p.m, tiles, lane);
   tma::sync_threads(kThreads, kBarNorm);
+  const unsigned long long* const copied = reinterpret_cast<const unsigned long long*>(ring);
+  if (tid == 0) {
+    const unsigned bytes = static_cast<unsigned>((tiles * p.m + 1) / 2 * 16);  // whole 16-byte units
+    tma::arrive_expect_bytes(copy_bar, bytes);
+    tma::copy_bulk(ring, exchange.slots, bytes, copy_bar);
+  }
+  tma::wait(copy_bar, 0);
+  FP8DK_NORM_MARK(3);
   {
-    constexpr int kLoads = 16;
-    const int token = tid / 8, sub = tid % 8, tiles = static_cast<int>(gridDim.x);
     float total = 0.f;
-    if (token < p.m) {
-      for (int t0 = sub; t0 < tiles; t0 += 8 * kLoads) {
-        int slot[kLoads];
-        float v[kLoads];
-#pragma unroll
-        for (int j = 0; j < kLoads; ++j) {
-          const int tl = t0 + 8 * j;
-          slot[j] = (tl < tiles ? tl : t0) * kNormMaxTokens + token;  // past the tiles: any published slot
-        }
-        exchange.collect(slot, v);
-#pragma unroll
-        for (int j = 0; j < kLoads; ++j) total += t0 + 8 * j < tiles ? v[j] : 0.f;
-      }
+    if (lane < p.m) {
+      for (int tl = warp; tl < tiles; tl += kTmaConsumerWarps)
+        total += exchange.value_of(copied[tl * p.m + lane], tl * p.m + lane);
     }
-    total += __shfl_xor_sync(0xffffffffu, total, 1);
-    total += __shfl_xor_sync(0xffffffffu, total, 2);
-    total += __shfl_xor_sync(0xffffffffu, total, 4);
-    if (sub == 0 && token < p.m) inv[token] = inv_rms(total, p.n, a.eps);
+    if (lane < kMP) sums[warp * kMP + lane] = total;
+    tma::sync_threads(kThreads, kBarNorm);
+    if (tid < p.m) {
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < kTmaConsumerWarps; ++k) sum += sums[k * kMP + tid];
+      inv[tid] = inv_rms(sum, p.n, a.eps);
+    }
   }
   if (tid == 0) exchange.retire(gridDim.x);  // after its own collects: the others compare with their own tag
   tma::sync_threads(kThreads, kBarNorm);
+  FP8DK_NORM_MARK(4);
 
   // Step 5: into the staging, then 16 bytes a store.
   const OutScale<Ab> scale(scale_value);
@@ -226,6 +253,12 @@ FP8DK_DEVICE void finish_add_rms_norm(const float (&acc)[RB][NT][4], const Epilo
     *reinterpret_cast<uint4*>(a.out + token * a.out_stride + n0 + c) =
         *reinterpret_cast<const uint4*>(q + token * s.q_pitch + c);
   }
+#if defined(FP8DK_DIAG_TIMELINE)
+  FP8DK_NORM_MARK(5);
+  if (tid == 0)
+    printf("FP8DK_NORM %d %d %u %llu %llu %llu %llu %llu %llu\n", p.m, tile, exchange.tag, norm_t[0], norm_t[1],
+           norm_t[2], norm_t[3], norm_t[4], norm_t[5]);
+#endif
 }
 #endif
 

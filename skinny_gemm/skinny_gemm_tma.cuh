@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #endif
     if constexpr (kNorm) {
       // The fused kernel's one run: a whole tile (checked at entry), finished with the RMSNorm after it.
-      finish_add_rms_norm<Ab, Out, NT, RB>(acc, epilogue(), norm, p, reinterpret_cast<unsigned char*>(red));
+      finish_add_rms_norm<Ab, Out, NT, RB>(acc, epilogue(), norm, p, ring, reinterpret_cast<unsigned char*>(red));
     } else {
       if (p.wk == 1 && !p.reducers && whole_tile(p, run_tile)) {
         // One warp column, one CTA: each warp's accumulators are its rows' outputs. Finished from registers,
