@@ -26,8 +26,6 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
   timeline  per position in a layer: mean start, duration and gap to the previous kernel end, over the layers
             of a few graph replays (torch.profiler's CUDA activity records the kernels of graph launches; a
             kernel launched with PDL starts before its predecessor ends and waits: its duration includes that)
-"ours" here is the chain of separate ops: no GEMM runs with the RMSNorm after it in its epilogue
-(skinny_gemm_add_rms_norm, which decode_step.py's build runs), so that the studies can replace the norms.
 Written to --out (default benchmarks/results/<device>/decode-attribution/) as JSON and Markdown.
 """
 
@@ -100,9 +98,7 @@ def step_variants(setup, args, own, batch: int) -> Dict[str, tuple]:
         return (lambda: model(x, caches, pos)), {}
 
     def model(gemm_of=None, elementwise=None, attention=None):
-        """Our build, with the given GEMMs (class -> function), elementwise ops and attention instead of ours.
-        Every GEMM class is given, so no GEMM runs with the RMSNorm after it (skinny_gemm_add_rms_norm): the
-        attribution studies the chain of separate ops, whose norms its variants replace."""
+        """Our build, with the given GEMMs (class -> function), elementwise ops and attention instead of ours."""
         gemms = {g: paths["ours"].gemm for g in GEMMS} | (gemm_of or {})
         return build(setup, args, gemms, elementwise or paths["ours"], attention)
 

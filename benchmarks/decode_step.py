@@ -311,10 +311,8 @@ def annotated(fn: Callable, category: str) -> Callable:
 
 
 def annotated_ops(convert, ops):
-    # The GEMM with the RMSNorm in its epilogue counts as a GEMM.
-    fused = None if ops.gemm_add_rms_norm is None else annotated(ops.gemm_add_rms_norm, "GEMM")
     return convert.DecodeOps(annotated(ops.add_rms_norm, "RMSNorm"), annotated(ops.silu_and_mul, "SwiGLU"),
-                             annotated(ops.gemm, "GEMM"), annotated(ops.quantize, "quant"), fused)
+                             annotated(ops.gemm, "GEMM"), annotated(ops.quantize, "quant"))
 
 
 def torch_ops(convert, reference, compile_elementwise: bool):
@@ -350,7 +348,7 @@ def build_model(convert, layers: List[LayerWeights], final_norm: torch.Tensor, s
 
     def linear(gemm, weight, weight_scale, input_scale):
         own_gemm = (gemm_of or {}).get(gemm)
-        gemm_ops = ops if own_gemm is None else ops._replace(gemm=annotated(own_gemm, "GEMM"), gemm_add_rms_norm=None)
+        gemm_ops = ops if own_gemm is None else ops._replace(gemm=annotated(own_gemm, "GEMM"))
         return convert.Fp8Linear(weight, weight_scale, input_scale, None, dtype, gemm_ops)
 
     blocks = [

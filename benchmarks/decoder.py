@@ -5,9 +5,7 @@ One layer runs, per decode step (the blog's design)::
     fused_add_rms_norm -> FP8 -> QKV GEMM -> attention over a KV cache -> quantize_fp8 -> O GEMM [-> all-reduce]
     fused_add_rms_norm -> FP8 -> gate_up GEMM -> silu_and_mul -> FP8 -> down GEMM [-> all-reduce]
 
-with static per-tensor scales. Where the ops have ``gemm_add_rms_norm`` and no all-reduce sits between them, O and
-the post-attention norm, and down and the next norm (the next layer's input norm, or the final norm), run as one
-op each. Model code for the benchmark, not part of the package: it only composes what the
+with static per-tensor scales. Model code for the benchmark, not part of the package: it only composes what the
 caller passes in (the ``Fp8Linear`` and ``Fp8LlamaMLP`` modules and a ``DecodeOps`` of the loaded kernel's
 ``convert``, or a peer's ops), so it imports nothing of the kernel.
 """
@@ -109,34 +107,15 @@ class Fp8DecoderLayer(nn.Module):
             self.all_reduce(x)
         return x
 
-    def _add_rms_norm_after(self, module: nn.Module, x: torch.Tensor, residual: torch.Tensor, norm: tuple):
-        """module(x) [-> all-reduce] -> add_rms_norm(residual, *norm): module's forward_add_rms_norm (one op where
-        the ops have gemm_add_rms_norm) unless an all-reduce sits between the two."""
-        if self.all_reduce is None:
-            return module.forward_add_rms_norm(x, residual, *norm)
-        return self.ops.add_rms_norm(self._reduce(module(x)), residual, *norm)
-
-    def input_norm(self) -> tuple:
-        """(weight, eps, scale, out_dtype) of this layer's input norm, whose FP8 output feeds QKV."""
-        return self.input_norm_weight, self.eps, self.qkv.input_scale, self.qkv.weight.dtype
-
-    def attend(self, h: torch.Tensor, residual: torch.Tensor, cache: KVCache, pos: int,
-               rope: Optional[Rope] = None) -> torch.Tensor:
-        """From the input norm's FP8 output h: QKV, attention, O [-> all-reduce], the residual add and the
-        post-attention norm. Returns the MLP's FP8 input."""
-        attn = self.attention(self.qkv(h), cache, pos, rope)
-        norm = (self.post_attention_norm_weight, self.eps, self.mlp.gate_up.input_scale, self.mlp.gate_up.weight.dtype)
-        return self._add_rms_norm_after(self.o, attn, residual, norm)
-
-    def mlp_add_rms_norm(self, h: torch.Tensor, residual: torch.Tensor, norm: tuple) -> torch.Tensor:
-        """The MLP on h [-> all-reduce], the residual add and the norm after it (`norm`: the next layer's
-        input_norm(), or the final norm's)."""
-        return self._add_rms_norm_after(self.mlp, h, residual, norm)
-
     def forward(self, x: torch.Tensor, residual: torch.Tensor, cache: KVCache, pos: int,
                 rope: Optional[Rope] = None) -> torch.Tensor:
-        h = self.ops.add_rms_norm(x, residual, *self.input_norm())
-        return self._reduce(self.mlp(self.attend(h, residual, cache, pos, rope)))
+        h = self.ops.add_rms_norm(x, residual, self.input_norm_weight, self.eps, self.qkv.input_scale,
+                                  self.qkv.weight.dtype)
+        attn = self.attention(self.qkv(h), cache, pos, rope)
+        o = self._reduce(self.o(attn))
+        h = self.ops.add_rms_norm(o, residual, self.post_attention_norm_weight, self.eps,
+                                  self.mlp.gate_up.input_scale, self.mlp.gate_up.weight.dtype)
+        return self._reduce(self.mlp(h))
 
 
 class Fp8Decoder(nn.Module):
@@ -160,9 +139,6 @@ class Fp8Decoder(nn.Module):
     def forward(self, x: torch.Tensor, caches: Sequence[KVCache], pos: int) -> torch.Tensor:
         residual = torch.zeros_like(x)
         rope = None if self.rope_cos is None else Rope(self.rope_cos[pos], self.rope_sin[pos])
-        # Each layer's output goes through the next norm at once (one op with down where the ops fuse them).
-        norms = [layer.input_norm() for layer in self.layers[1:]] + [(self.norm_weight, self.eps, None, None)]
-        h = self.ops.add_rms_norm(x, residual, *self.layers[0].input_norm())
-        for layer, cache, norm in zip(self.layers, caches, norms):
-            h = layer.mlp_add_rms_norm(layer.attend(h, residual, cache, pos, rope), residual, norm)
-        return h
+        for layer, cache in zip(self.layers, caches):
+            x = layer(x, residual, cache, pos, rope)
+        return self.ops.add_rms_norm(x, residual, self.norm_weight, self.eps, None, None)

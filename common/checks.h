@@ -97,18 +97,17 @@ inline void check_scale(const at::Tensor& scale, const at::Tensor& ref, const ch
 // Output dtype rule of the quantizing ops: with a scale, out is FP8 and its dtype picks the flavour;
 // without one, out has the input dtype.
 inline void check_quant_out(const at::Tensor& out, const at::Tensor& input,
-                            const std::optional<at::Tensor>& scale, const char* op,
-                            const char* input_name = "input") {
+                            const std::optional<at::Tensor>& scale, const char* op) {
   if (scale.has_value()) {
-    check_scale(*scale, input, op, "scale", input_name);
+    check_scale(*scale, input, op, "scale");
     TORCH_CHECK(is_fp8(out.scalar_type()), op,
                 ": out must be float8_e4m3fn or float8_e4m3fnuz when scale is given, got ", out.scalar_type());
   } else {
-    TORCH_CHECK(out.scalar_type() == input.scalar_type(), op, ": out must have the ", input_name, " dtype (",
-                input.scalar_type(), ") when no scale is given, got ", out.scalar_type(),
-                "; pass a scale for FP8 output");
+    TORCH_CHECK(out.scalar_type() == input.scalar_type(), op,
+                ": out must have the input dtype (", input.scalar_type(), ") when no scale is given, got ",
+                out.scalar_type(), "; pass a scale for FP8 output");
   }
-  check_same_device(out, input, op, "out", input_name);
+  check_same_device(out, input, op, "out", "input");
 }
 
 struct RmsNormShape {
@@ -116,21 +115,20 @@ struct RmsNormShape {
   RowView out;
 };
 
-// rms_norm / fused_add_rms_norm. `residual` is nullptr for rms_norm. `input_name`: what the op calls `input`.
+// rms_norm / fused_add_rms_norm. `residual` is nullptr for rms_norm.
 inline RmsNormShape check_rms_norm_args(const at::Tensor& out, const at::Tensor& input,
                                         const at::Tensor* residual, const at::Tensor& weight, double eps,
-                                        const std::optional<at::Tensor>& scale, const char* op,
-                                        const char* input_name = "input") {
-  check_build_device(input, op, input_name);
-  check_activation_dtype(input, op, input_name);
-  const RowView in = row_view(input, op, input_name);
-  TORCH_CHECK(in.cols >= 1, op, ": ", input_name, " must have a hidden size (last dimension) >= 1, got 0");
+                                        const std::optional<at::Tensor>& scale, const char* op) {
+  check_build_device(input, op, "input");
+  check_activation_dtype(input, op, "input");
+  const RowView in = row_view(input, op, "input");
+  TORCH_CHECK(in.cols >= 1, op, ": input must have a hidden size (last dimension) >= 1, got 0");
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == in.cols, op, ": weight must have shape [", in.cols,
               "] (the hidden size), got ", weight.sizes());
-  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), op, ": weight must have the ", input_name, " dtype (",
+  TORCH_CHECK(weight.scalar_type() == input.scalar_type(), op, ": weight must have the input dtype (",
               input.scalar_type(), "), got ", weight.scalar_type());
   TORCH_CHECK(weight.is_contiguous(), op, ": weight must be contiguous");
-  check_same_device(weight, input, op, "weight", input_name);
+  check_same_device(weight, input, op, "weight", "input");
   TORCH_CHECK(std::isfinite(eps) && eps >= 0.0, op, ": eps must be finite and >= 0, got ", eps);
   if (residual != nullptr) {
     TORCH_CHECK(residual->sizes() == input.sizes(), op, ": residual must have the input shape ", input.sizes(),
@@ -140,9 +138,9 @@ inline RmsNormShape check_rms_norm_args(const at::Tensor& out, const at::Tensor&
     TORCH_CHECK(residual->is_contiguous(), op, ": residual must be contiguous");
     check_same_device(*residual, input, op, "residual", "input");
   }
-  TORCH_CHECK(out.sizes() == input.sizes(), op, ": out must have the ", input_name, " shape ", input.sizes(),
-              ", got ", out.sizes());
-  check_quant_out(out, input, scale, op, input_name);
+  TORCH_CHECK(out.sizes() == input.sizes(), op, ": out must have the input shape ", input.sizes(), ", got ",
+              out.sizes());
+  check_quant_out(out, input, scale, op);
   return {in, row_view(out, op, "out")};
 }
 
@@ -178,8 +176,7 @@ struct SkinnyGemmShape {
 inline SkinnyGemmShape check_skinny_gemm_args(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
                                               const std::optional<at::Tensor>& scale_a,
                                               const std::optional<at::Tensor>& scale_b,
-                                              const std::optional<at::Tensor>& bias, const char* op,
-                                              const char* out_name = "out") {
+                                              const std::optional<at::Tensor>& bias, const char* op) {
   check_build_device(a, op, "a");
   TORCH_CHECK(a.dim() == 2, op, ": a must be 2-D [M, K], got shape ", a.sizes());
   TORCH_CHECK(b.dim() == 2, op, ": b must be 2-D [N, K] (weight, one row per output feature), got shape ",
@@ -198,7 +195,7 @@ inline SkinnyGemmShape check_skinny_gemm_args(const at::Tensor& out, const at::T
                 ": FP8 operands need scale_a and scale_b (one-element float32 tensors)");
     check_scale(*scale_a, a, op, "scale_a", "a");
     check_scale(*scale_b, a, op, "scale_b", "a");
-    TORCH_CHECK(is_16bit_float(out.scalar_type()), op, ": ", out_name, " must be float16 or bfloat16, got ",
+    TORCH_CHECK(is_16bit_float(out.scalar_type()), op, ": out must be float16 or bfloat16, got ",
                 out.scalar_type());
   } else {
     TORCH_CHECK(is_16bit_float(at_), op,
@@ -206,35 +203,22 @@ inline SkinnyGemmShape check_skinny_gemm_args(const at::Tensor& out, const at::T
     TORCH_CHECK(bt == at_, op, ": a and b must have the same dtype, got a ", at_, " and b ", bt);
     TORCH_CHECK(!scale_a.has_value() && !scale_b.has_value(), op,
                 ": scale_a and scale_b are only for FP8 operands; 16-bit operands take none");
-    TORCH_CHECK(out.scalar_type() == at_, op, ": ", out_name, " must have the dtype of a and b (", at_, "), got ",
+    TORCH_CHECK(out.scalar_type() == at_, op, ": out must have the dtype of a and b (", at_, "), got ",
                 out.scalar_type());
   }
-  TORCH_CHECK(out.dim() == 2 && out.size(0) == m && out.size(1) == n, op, ": ", out_name, " must have shape [", m,
-              ", ", n, "], got ", out.sizes());
-  check_same_device(out, a, op, out_name, "a");
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == m && out.size(1) == n, op, ": out must have shape [", m, ", ", n,
+              "], got ", out.sizes());
+  check_same_device(out, a, op, "out", "a");
   if (bias.has_value()) {
     TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n, op, ": bias must have shape [", n, "], got ",
                 bias->sizes());
-    TORCH_CHECK(bias->scalar_type() == out.scalar_type(), op, ": bias must have the ", out_name, " dtype (",
+    TORCH_CHECK(bias->scalar_type() == out.scalar_type(), op, ": bias must have the out dtype (",
                 out.scalar_type(), "), got ", bias->scalar_type());
     TORCH_CHECK(bias->is_contiguous(), op, ": bias must be contiguous");
     check_same_device(*bias, a, op, "bias", "a");
   }
-  const RowView av = row_view(a, op, "a"), bv = row_view(b, op, "b"), ov = row_view(out, op, out_name);
+  const RowView av = row_view(a, op, "a"), bv = row_view(b, op, "b"), ov = row_view(out, op, "out");
   return {m, n, k, av.row_stride, bv.row_stride, ov.row_stride, fp8};
-}
-
-// skinny_gemm_add_rms_norm: the GEMM's arguments with the residual as its [M, N] output, then fused_add_rms_norm's
-// with the residual as its input.
-inline void check_skinny_gemm_add_rms_norm_args(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                                                const std::optional<at::Tensor>& scale_a,
-                                                const std::optional<at::Tensor>& scale_b,
-                                                const std::optional<at::Tensor>& bias, const at::Tensor& residual,
-                                                const at::Tensor& weight, double eps,
-                                                const std::optional<at::Tensor>& scale, const char* op) {
-  check_skinny_gemm_args(residual, a, b, scale_a, scale_b, bias, op, "residual");
-  TORCH_CHECK(residual.is_contiguous(), op, ": residual must be contiguous");
-  check_rms_norm_args(out, residual, nullptr, weight, eps, scale, op, "residual");
 }
 
 struct QuantizeFp8Shape {

@@ -270,11 +270,4 @@ FP8DK_DEVICE uint32_t mul2(uint32_t a, uint32_t b) {
 #endif
 }
 
-// ------------------------------------------------------------------ RMSNorm
-
-// 1 / sqrt(mean of squares + eps), each step correctly rounded: rms_norm's, and skinny_gemm_add_rms_norm's.
-FP8DK_DEVICE float inv_rms(float sum_sq, int hidden, float eps) {
-  return rcp_rn(sqrt_rn(div_rn(sum_sq, float(hidden)) + eps));
-}
-
 }  // namespace fp8dk

@@ -77,25 +77,6 @@ FP8DK_DEVICE void copy_2d(void* dst, const void* map, int c0, int c1, uint64_t* 
       : "memory");
 }
 
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory in one bulk copy, whose
-// landing completes `bar`'s transaction count (armed with arrive_expect_bytes). Global data that other SMs wrote
-// through the generic proxy is ordered before it by a fence.proxy.async.
-FP8DK_DEVICE void copy_bulk(void* dst, const void* src, unsigned bytes, uint64_t* bar) {
-  asm volatile("fence.proxy.async.global;" ::: "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   shared_address(dst)),
-               "l"(src), "r"(bytes), "r"(shared_address(bar))
-               : "memory");
-}
-
-// 16 bytes from global to shared memory without a trip through registers (cp.async, cached in L2 only). The
-// issuing thread waits for its copies with copy_16_wait_all(); other threads see them after a barrier past that.
-FP8DK_DEVICE void copy_16(void* dst_shared, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(dst_shared)), "l"(src) : "memory");
-}
-
-FP8DK_DEVICE void copy_16_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 // Named barrier `id` (1..15) among `threads` threads (whole warps) that all call it: some roles' warps of a
 // warp-specialized block (barrier 0 is __syncthreads, which the other roles would never reach).
 FP8DK_DEVICE void sync_threads(int threads, int id = 1) {

@@ -277,6 +277,10 @@ FP8DK_DEVICE void keep_packed(Pack<16> (&v)[N]) {
   }
 }
 
+FP8DK_DEVICE float inv_rms(float sum_sq, int hidden, float eps) {
+  return rcp_rn(sqrt_rn(div_rn(sum_sq, float(hidden)) + eps));
+}
+
 // y = In(weight * In(r * inv)) for slot k, stored as the input dtype or quantized to FP8.
 template <class R>
 FP8DK_DEVICE void normalize_store(const R& row, int k, const Pack<16>& r, const Pack<16>& w, float inv,

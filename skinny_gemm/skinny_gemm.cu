@@ -34,14 +34,6 @@ const Kernels& kernels_for(at::ScalarType ab, at::ScalarType out) {
   }
 }
 
-// skinny_gemm_add_rms_norm's arguments beyond the GEMM's.
-struct NormRequest {
-  const torch::Tensor* out;
-  const torch::Tensor* weight;
-  const torch::Tensor* scale;
-  double eps;
-};
-
 DeviceProps device_props(const Kernels& kernels) {
   DeviceProps d;
 #if defined(FP8DK_NVIDIA)
@@ -59,16 +51,16 @@ DeviceProps device_props(const Kernels& kernels) {
   return d;
 }
 
-// Plans and launches out = skinny_gemm(a, b, ...), arguments already checked (s). With `norm`, the call is
-// skinny_gemm_add_rms_norm's and `out` its residual: the GEMM then fused_add_rms_norm in one kernel where the plan
-// allows it, else nothing; returns whether it launched.
-bool plan_and_launch(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
-                     const std::optional<torch::Tensor>& scale_a, const std::optional<torch::Tensor>& scale_b,
-                     const std::optional<torch::Tensor>& bias, const fp8dk::SkinnyGemmShape& s, const char* op,
-                     const NormRequest* norm) {
+}  // namespace
+
+void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
+                 const std::optional<torch::Tensor>& scale_a, const std::optional<torch::Tensor>& scale_b,
+                 const std::optional<torch::Tensor>& bias) {
+  constexpr const char* op = "skinny_gemm";
+  const fp8dk::SkinnyGemmShape s = fp8dk::check_skinny_gemm_args(out, a, b, scale_a, scale_b, bias, op);
   TORCH_CHECK(a.is_cuda(), op, ": input must be a CUDA tensor");
   const c10::cuda::OptionalCUDAGuard guard(a.device());
-  if (s.m == 0 || s.n == 0) return norm == nullptr;
+  if (s.m == 0 || s.n == 0) return;
   TORCH_CHECK(s.n < (1LL << 31) && s.k < (1LL << 30), op, ": N must be < 2^31 and K < 2^30, got N = ", s.n,
               ", K = ", s.k);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -91,16 +83,8 @@ bool plan_and_launch(torch::Tensor& out, const torch::Tensor& a, const torch::Te
   // b's stride counts even for one row: its access width picks the portable kernel's K-block, and a weight of
   // one row is tiled like any other.
   q.b_align = row_alignment(b.data_ptr(), s.b_row_stride * eb, std::max<int64_t>(s.n, 2));
-  if (norm != nullptr) {
-    q.add_rms_norm = true;
-    // The residual is contiguous (checked); the epilogue moves it in 8 elements, the FP8 rows in 16 bytes.
-    q.norm_layout = norm->out->scalar_type() == a.scalar_type() && s.n % 16 == 0 &&
-                          row_alignment(out.data_ptr(), s.n * 2, s.m) == 16 &&
-                          row_alignment(norm->out->data_ptr(), norm->out->stride(0), s.m) == 16;
-  }
   const Kernels& kernels = kernels_for(a.scalar_type(), out.scalar_type());
   const LaunchPlan plan = plan_skinny_gemm(q, device_props(kernels), read_overrides(), kernels);
-  if (norm != nullptr && !plan.fused_norm) return false;
 
   Args x;
   x.a = static_cast<const unsigned char*>(a_rows.data_ptr());
@@ -115,38 +99,6 @@ bool plan_and_launch(torch::Tensor& out, const torch::Tensor& a, const torch::Te
     x.map_a = fp8dk::tensor_map_2d(x.a, s.m, s.k, plan.a_map_stride_bytes, eb, p.nt * 8, p.box_elems, false);
     x.map_b = fp8dk::tensor_map_2d(x.b, s.n, s.k, s.b_row_stride * eb, eb, p.block_n, p.box_elems, true);
   }
-  if (plan.fused_norm) {
-    x.norm.residual = static_cast<uint16_t*>(out.data_ptr());
-    x.norm.weight = static_cast<const uint16_t*>(norm->weight->data_ptr());
-    x.norm.out = static_cast<uint8_t*>(norm->out->data_ptr());
-    x.norm.out_stride = norm->out->stride(0);
-    x.norm.scale = norm->scale->data_ptr<float>();
-    x.norm.eps = static_cast<float>(norm->eps);
-  }
 #endif
   kernels.launch(plan, x, a, stream);
-  return true;
-}
-
-}  // namespace
-
-void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
-                 const std::optional<torch::Tensor>& scale_a, const std::optional<torch::Tensor>& scale_b,
-                 const std::optional<torch::Tensor>& bias) {
-  constexpr const char* op = "skinny_gemm";
-  const fp8dk::SkinnyGemmShape s = fp8dk::check_skinny_gemm_args(out, a, b, scale_a, scale_b, bias, op);
-  plan_and_launch(out, a, b, scale_a, scale_b, bias, s, op, nullptr);
-}
-
-bool skinny_gemm_add_rms_norm_fused(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
-                                    const std::optional<torch::Tensor>& scale_a,
-                                    const std::optional<torch::Tensor>& scale_b,
-                                    const std::optional<torch::Tensor>& bias, torch::Tensor& residual,
-                                    const torch::Tensor& weight, double eps,
-                                    const std::optional<torch::Tensor>& scale) {
-  constexpr const char* op = "skinny_gemm_add_rms_norm";
-  if (!scale.has_value() || out.dim() != 2) return false;  // a 16-bit output, or more than [M, N]: composed
-  const fp8dk::SkinnyGemmShape s = fp8dk::check_skinny_gemm_args(residual, a, b, scale_a, scale_b, bias, op, "residual");
-  const NormRequest norm{&out, &weight, &*scale, eps};
-  return plan_and_launch(residual, a, b, scale_a, scale_b, bias, s, op, &norm);
 }

@@ -217,11 +217,3 @@ void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor
     });
   });
 }
-
-// No fused kernel on the CPU: the caller composes skinny_gemm and fused_add_rms_norm.
-bool skinny_gemm_add_rms_norm_fused(torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                    const std::optional<torch::Tensor>&, const std::optional<torch::Tensor>&,
-                                    const std::optional<torch::Tensor>&, torch::Tensor&, const torch::Tensor&, double,
-                                    const std::optional<torch::Tensor>&) {
-  return false;
-}

@@ -30,31 +30,25 @@ struct Args {
   const float* scale_b;
 #if defined(FP8DK_NVIDIA)
   CUtensorMap map_a, map_b;  // the copy-engine kernel's view of a and b
-  NormArgs norm{};           // skinny_gemm_add_rms_norm (plan.fused_norm): all but its partials and barrier
 #endif
 };
 
-// What a buffer of zeroed words serves (below): each kind has buffers of its own.
-enum class Words { kTileCounters, kGridExchange };
-
-// At least `count` words, zero when allocated, for `kind`: the arrival counters of the workspace reduction (each
-// tile's last CTA resets its counter) or the state and slots of a grid exchange (common/grid_exchange.cuh). The
-// kernels leave them as the next launch needs them, so a buffer is zeroed once, when allocated (or grown), and
-// then serves every later launch of its kind that cannot overlap it: one buffer per (kind, device, stream,
-// CUDA-graph capture). Launches on other streams, and
+// `count` arrival counters for the workspace reduction, all zero. The kernel leaves them zero (each tile's
+// last CTA resets its counter), so a buffer is zeroed once, when allocated, and then serves every later launch
+// that cannot overlap it: one buffer per (device, stream, CUDA-graph capture). Launches on other streams, and
 // graph replays next to eager calls on the capture stream, get buffers of their own. Inside a capture the
 // buffer comes from the graph's memory pool and its zeroing is a node of the graph (once per graph, not per
 // call). Buffers live as long as the process (a captured graph may still use one): a few KB per stream and
 // per captured graph.
-inline unsigned* zeroed_words(const at::Tensor& like, cudaStream_t stream, long long count, Words kind) {
+inline unsigned* arrival_counters(const at::Tensor& like, cudaStream_t stream, long long count) {
   cudaStreamCaptureStatus status;
   unsigned long long capture = 0;
   C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &capture));
   if (status != cudaStreamCaptureStatusActive) capture = 0;
   static std::mutex mutex;
-  static std::map<std::tuple<Words, int, cudaStream_t, unsigned long long>, at::Tensor> buffers;
+  static std::map<std::tuple<int, cudaStream_t, unsigned long long>, at::Tensor> buffers;
   const std::lock_guard<std::mutex> lock(mutex);
-  at::Tensor& buffer = buffers[std::make_tuple(kind, static_cast<int>(like.get_device()), stream, capture)];
+  at::Tensor& buffer = buffers[std::make_tuple(static_cast<int>(like.get_device()), stream, capture)];
   if (!buffer.defined() || buffer.numel() < count)
     buffer = at::zeros({count > 1024 ? count : 1024}, like.options().dtype(at::kInt));
   return static_cast<unsigned*>(buffer.data_ptr());
@@ -66,11 +60,10 @@ void raise_smem_limit(Fn* kernel, int bytes) {
       cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
 }
 
-// Launches `kernel` as planned, with the workspace the plan asks for. `params`: the kernel's Plan or TmaPlan;
-// `extra`: the copy-engine kernel's NormArgs.
-template <class Fn, class Operand, class Params, class... Extra>
+// Launches `kernel` as planned, with the workspace the plan asks for. `params`: the kernel's Plan or TmaPlan.
+template <class Fn, class Operand, class Params>
 void launch_planned(Fn* kernel, const LaunchPlan& l, const Operand& a, const Operand& b, const Args& x,
-                    const Params& params, const at::Tensor& like, cudaStream_t stream, const Extra&... extra) {
+                    const Params& params, const at::Tensor& like, cudaStream_t stream) {
   if (l.smem_opt_in > 0) raise_smem_limit(kernel, l.smem_opt_in);
   float* ws = nullptr;
   unsigned* counters = nullptr;
@@ -80,15 +73,14 @@ void launch_planned(Fn* kernel, const LaunchPlan& l, const Operand& a, const Ope
     workspace = at::empty({static_cast<long long>(l.workspace_slices) * params.m * params.n},
                           like.options().dtype(at::kFloat));
     ws = workspace.data_ptr<float>();
-    counters = zeroed_words(like, stream, params.tiles, Words::kTileCounters);
+    counters = arrival_counters(like, stream, params.tiles);
   }
   fp8dk::LaunchShape shape;
   shape.grid = dim3(l.grid_x, l.grid_y);
   shape.block = dim3(l.threads);
   shape.smem_bytes = l.smem;
   shape.cluster = dim3(l.cluster_x, l.cluster_y, 1);
-  fp8dk::launch_kernel(kernel, shape, stream, a, b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, params,
-                       extra...);
+  fp8dk::launch_kernel(kernel, shape, stream, a, b, x.out, x.bias, x.scale_a, x.scale_b, ws, counters, params);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -137,28 +129,6 @@ auto copy_engine_kernel(int nt, int rb, bool qgmma) {
     default: return &skinny_gemm_tma_kernel<Ab, Out, 4, 2>;
   }
 }
-
-// The copy-engine kernel with skinny_gemm_add_rms_norm's epilogue, for the plans tma_norm_fusable() accepts with
-// the default tiling: FP8 operands, one row block per warp, wgmma exactly for OCP e4m3 above 8 tokens. Null for
-// any other (the launcher then composes the two ops).
-template <class Ab, class Out>
-auto add_rms_norm_kernel(int nt, bool qgmma) -> decltype(&skinny_gemm_tma_kernel<Ab, Out, 1, 1>) {
-  if constexpr (std::is_same_v<Ab, fp8dk::E4m3fn>) {
-    if (qgmma != (nt >= 2)) return nullptr;
-    switch (nt) {
-      case 1: return &skinny_gemm_tma_kernel<Ab, Out, 1, 1, false, true>;
-      case 2: return &skinny_gemm_tma_kernel<Ab, Out, 2, 1, true, true>;
-      case 3: return &skinny_gemm_tma_kernel<Ab, Out, 3, 1, true, true>;
-      default: return &skinny_gemm_tma_kernel<Ab, Out, 4, 1, true, true>;
-    }
-  } else if constexpr (std::is_same_v<Ab, fp8dk::E4m3fnuz>) {
-    // Above 8 tokens its plans take two warp columns (skinny_gemm_tma_plan.cuh), which the epilogue cannot.
-    return qgmma || nt != 1 ? nullptr : &skinny_gemm_tma_kernel<Ab, Out, 1, 1, false, true>;
-  } else {
-    (void)nt, (void)qgmma;
-    return nullptr;
-  }
-}
 #endif
 
 // The kernels of one operand and out format, as the plan and the launcher see them.
@@ -203,15 +173,7 @@ class KernelsOf final : public Kernels {
 #if defined(FP8DK_NVIDIA)
     if (l.kernel == Kernel::kCopyEngine) {
       const TmaPlan& p = l.copy_engine;
-      NormArgs norm = x.norm;
-      auto* kernel = copy_engine_kernel<Ab, Out>(p.nt, p.rb, p.qgmma != 0);
-      if (l.fused_norm) {
-        kernel = add_rms_norm_kernel<Ab, Out>(p.nt, p.qgmma != 0);
-        TORCH_CHECK(kernel != nullptr, "skinny_gemm_add_rms_norm: no fused kernel for the plan (a launcher bug)");
-        norm.exchange = zeroed_words(like, stream, kExchangeStateWords + 2LL * p.tiles * kNormMaxTokens,
-                                     Words::kGridExchange);
-      }
-      return launch_planned(kernel, l, x.map_a, x.map_b, x, p, like, stream, norm);
+      return launch_planned(copy_engine_kernel<Ab, Out>(p.nt, p.rb, p.qgmma != 0), l, x.map_a, x.map_b, x, p, like, stream);
     }
 #endif
     launch_planned(portable_kernel<Ab, Out>(l.mp, l.b_access), l, x.a, x.b, x, l.portable, like, stream);

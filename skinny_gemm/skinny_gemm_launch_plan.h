@@ -42,10 +42,6 @@ struct Problem {
   bool ocp_e4m3 = false;                     // the operands are OCP e4m3 (what Hopper's wgmma multiplies)
   long long a_stride, b_stride, out_stride;  // row strides in elements (a: the rows the kernel reads)
   int a_align, b_align;                      // row_alignment() of a and b
-  // skinny_gemm_add_rms_norm: the RMSNorm after the GEMM is asked for in its epilogue, and its FP8 output has
-  // the operands' flavour and 16-byte aligned rows, as the residual has (what the fused epilogue moves them in).
-  bool add_rms_norm = false;
-  bool norm_layout = false;
 };
 
 // The widest access, up to 16 bytes, at which every one of `rows` rows starts.
@@ -63,7 +59,6 @@ struct Overrides {
   int block_n = 0;          // FP8DK_SKINNY_BLOCK_N (0: the heuristic's)
   int split_k = 0;          // FP8DK_SKINNY_SPLIT_K (0: the heuristic's)
   int stream_k = -1;        // FP8DK_SKINNY_STREAM_K: 1 or 0 (-1: the heuristic's)
-  bool fused_norm = true;   // FP8DK_SKINNY_FUSED_NORM: skinny_gemm_add_rms_norm in one kernel where it can be
   // Any knob of the portable kernel asks for the portable kernel.
   bool portable_forced() const { return block_n != 0 || split_k != 0 || stream_k >= 0; }
 };
@@ -88,7 +83,6 @@ inline Overrides read_overrides() {
   o.block_n = positive("FP8DK_SKINNY_BLOCK_N");
   o.split_k = positive("FP8DK_SKINNY_SPLIT_K");
   o.stream_k = tristate("FP8DK_SKINNY_STREAM_K");
-  o.fused_norm = tuning::flag("FP8DK_SKINNY_FUSED_NORM", true);
   return o;
 }
 
@@ -120,9 +114,6 @@ struct LaunchPlan {
   int smem = 0;                       // dynamic shared memory per CTA
   int smem_opt_in = 0;                // the limit to raise the kernel's to before launching (0: the default)
   int workspace_slices = 0;           // fp32 partials [slices, m, n] plus an arrival counter per tile (0: none)
-  // skinny_gemm_add_rms_norm: the copy-engine kernel finishes the RMSNorm in its epilogue (per-tile partial sums
-  // and a grid barrier's state); false: the caller runs fused_add_rms_norm after the GEMM.
-  bool fused_norm = false;
 };
 
 namespace plan_detail {
@@ -156,8 +147,6 @@ inline bool plan_copy_engine(const Problem& q, const DeviceProps& d, const Overr
   l.smem_opt_in = smem_limit;
   l.cluster_x = p.cluster;
   l.workspace_slices = p.contributions > 1 && p.cluster == 1 ? p.contributions : 0;
-  l.fused_norm = q.add_rms_norm && o.fused_norm && q.norm_layout &&
-                 tma_norm_fusable(p, q.ocp_e4m3, q.elem_bytes, d.sms);
   return true;
 }
 

@@ -43,7 +43,6 @@
 #include "common/grid_dependency.cuh"
 #include "common/tma.cuh"
 #include "skinny_gemm/skinny_gemm_mma_nv.cuh"
-#include "skinny_gemm/skinny_gemm_norm_epilogue.cuh"
 #include "skinny_gemm/skinny_gemm_qgmma.cuh"
 #include "skinny_gemm/skinny_gemm_reduce.cuh"
 
@@ -328,15 +327,13 @@ FP8DK_DEVICE unsigned long long diag_now() {
 // FP8: scale_a / scale_b one float each, read on the device. p.ctas CTAs of tma_threads(p) threads, p.smem_bytes
 // of dynamic shared memory. ws [p.contributions, m, n] and counters [p.tiles] (zero on entry, left zero) when
 // p.contributions > 1. kQgmma: the warpgroups multiply with wgmma (skinny_gemm_qgmma.cuh; e4m3fn, RB = 1, a
-// warpgroup's 4 warps are 4 consecutive warp rows: p.wn is 4 or 8), else each warp with mma.sync. kNorm:
-// skinny_gemm_add_rms_norm (skinny_gemm_norm_epilogue.cuh) with `norm`, out unused, for a plan that
-// tma_norm_fusable() accepts; otherwise `norm` is unused.
-template <class Ab, class Out, int NT, int RB, bool kQgmma = false, bool kNorm = false>
+// warpgroup's 4 warps are 4 consecutive warp rows: p.wn is 4 or 8), else each warp with mma.sync.
+template <class Ab, class Out, int NT, int RB, bool kQgmma = false>
 __global__ void __launch_bounds__(kTmaThreads, 1)
     skinny_gemm_tma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                            uint16_t* __restrict__ out, const uint16_t* __restrict__ bias,
                            const float* __restrict__ scale_a, const float* __restrict__ scale_b, float* ws,
-                           unsigned* counters, const TmaPlan p, const NormArgs norm) {
+                           unsigned* counters, const TmaPlan p) {
 #if defined(FP8DK_SM90)
   constexpr int kMP = NT * 8;
   extern __shared__ unsigned char smem_raw[];
@@ -413,13 +410,6 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       }
     }
     allow_next_grid();
-    if constexpr (kNorm) {
-      // The residual rows of the tile, staged for the consumers' fused epilogue while they finish the stream.
-      wait_for_prior_grid();  // each lane's own (lane 0's has returned: the prior grid is done)
-      stage_residual(norm, reinterpret_cast<unsigned char*>(red), p, blockIdx.x, lane, 32);
-      tma::copy_16_wait_all();
-      tma::sync_threads(consumers * 32 + 32, kBarNormStaged);
-    }
     if (p.cluster > 1) {
       // The two cluster barriers of the consumers' reduction (reduce_run), which every thread takes part in.
       __syncwarp();
@@ -443,8 +433,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     return e;
   };
 
-  if (!kNorm && warp > consumers) {
-    // ---- reducers (p.reducers; none in the fused kernel)
+  if (warp > consumers) {
+    // ---- reducers (p.reducers)
     const int tid = threadIdx.x - (consumers + 1) * 32;
     const Epilogue e = epilogue();
     for (int i = 0; i < run;) {
@@ -464,12 +454,6 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   }
 
   // ---- consumers
-  if constexpr (kNorm) {
-    // The fused epilogue needs one whole tile per CTA, finished from the accumulators (and every CTA in the
-    // exchange of sums): anything else is a launcher bug, which a deadlock would hide.
-    if (p.sk_tiles != 0 || p.dp_rounds != 1 || p.wk != 1 || p.reducers || p.cluster != 1 || gridDim.x != p.tiles)
-      __trap();
-  }
   const int wn = warp % p.wn, wk = warp / p.wn;
   const int row0 = wn * kRowBlock * RB;
   const uint32_t ring_addr = tma::shared_address(ring);
@@ -517,42 +501,37 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(3);
     if (lane == 0 && i >= run) atomicMax(&diag_t[5], diag_now());  // the last consumer warp's stream end
 #endif
-    if constexpr (kNorm) {
-      // The fused kernel's one run: a whole tile (checked at entry), finished with the RMSNorm after it.
-      finish_add_rms_norm<Ab, Out, NT, RB>(acc, epilogue(), norm, p, ring, reinterpret_cast<unsigned char*>(red));
-    } else {
-      if (p.wk == 1 && !p.reducers && whole_tile(p, run_tile)) {
-        // One warp column, one CTA: each warp's accumulators are its rows' outputs. Finished from registers,
-        // with no trip through shared memory and no barrier (bitwise as reduce_run's: acc is never -0, so
-        // its 0 + acc is acc).
-#if defined(FP8DK_DIAG_TIMELINE)
-        if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
-#endif
-        const Epilogue e = epilogue();
-        const int rows0 = run_tile * p.block_n + row0;
-        for_each_fragment(acc, lane, [&](int token, int row, float v) {
-          if (token < p.m && rows0 + row < p.n) finish<Out>(e, token, rows0 + row, v);
-        });
-        continue;
-      }
-
-      // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
-      if (p.reducers) tma::sync_threads(finishers, kBarRedFree);
-      float* mine = red + wk * kMP * p.red_pitch;
-      for_each_fragment(acc, lane, [&](int token, int row, float v) { mine[token * p.red_pitch + row0 + row] = v; });
-      if (p.reducers && i < run) {
-        tma::sync_threads(finishers, kBarRedFull);
-        continue;
-      }
-      // The consumers reduce the run themselves: the last one with the reducers, or every one without them.
-      const int threads = p.reducers ? finishers : consumers * 32;
-      tma::sync_threads(threads, kBarLastRun);
+    if (p.wk == 1 && !p.reducers && whole_tile(p, run_tile)) {
+      // One warp column, one CTA: each warp's accumulators are its rows' outputs. Finished from registers,
+      // with no trip through shared memory and no barrier (bitwise as reduce_run's: acc is never -0, so
+      // its 0 + acc is acc).
 #if defined(FP8DK_DIAG_TIMELINE)
       if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
 #endif
-      reduce_run<Out>(p, epilogue(), red, run_tile, ws, counters, arrived, threadIdx.x, threads);
-      if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
+      const Epilogue e = epilogue();
+      const int rows0 = run_tile * p.block_n + row0;
+      for_each_fragment(acc, lane, [&](int token, int row, float v) {
+        if (token < p.m && rows0 + row < p.n) finish<Out>(e, token, rows0 + row, v);
+      });
+      continue;
     }
+
+    // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
+    if (p.reducers) tma::sync_threads(finishers, kBarRedFree);
+    float* mine = red + wk * kMP * p.red_pitch;
+    for_each_fragment(acc, lane, [&](int token, int row, float v) { mine[token * p.red_pitch + row0 + row] = v; });
+    if (p.reducers && i < run) {
+      tma::sync_threads(finishers, kBarRedFull);
+      continue;
+    }
+    // The consumers reduce the run themselves: the last one with the reducers, or every one without them.
+    const int threads = p.reducers ? finishers : consumers * 32;
+    tma::sync_threads(threads, kBarLastRun);
+#if defined(FP8DK_DIAG_TIMELINE)
+    if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
+#endif
+    reduce_run<Out>(p, epilogue(), red, run_tile, ws, counters, arrived, threadIdx.x, threads);
+    if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
 #if defined(FP8DK_DIAG_TIMELINE)
   if (threadIdx.x == 0) {

@@ -261,39 +261,5 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   return true;
 }
 
-
-// skinny_gemm_add_rms_norm's epilogue (skinny_gemm_norm_epilogue.cuh) stages its tile in `red`, which a whole
-// tile finished from the accumulators leaves unused: the residual rows [mp][res_pitch] (16-bit), the FP8
-// outputs [mp][q_pitch] (bytes), the warps' per-token sums of squares [consumer warps][mp] and the tokens'
-// 1 / rms [mp]. Token rows are padded by 16 bytes, so that the rows of tokens 2 apart, which a warp's
-// fragments touch together, start 8 banks apart.
-struct NormStaging {
-  int res_pitch, q_pitch;  // 16-bit elements, bytes
-  int q_offset, sums_offset, inv_offset, bytes;
-  FP8DK_HOST_DEVICE NormStaging(int mp, int block_n) {
-    res_pitch = block_n + 8;
-    q_pitch = block_n + 16;
-    q_offset = mp * res_pitch * 2;
-    sums_offset = q_offset + mp * q_pitch;
-    inv_offset = sums_offset + kTmaConsumerWarps * mp * 4;
-    bytes = inv_offset + mp * 4;
-  }
-};
-
-// Whether plan p can finish the RMSNorm that follows it in its epilogue. Every CTA must own one whole tile and
-// finish it from its accumulators (one warp column, no reducers, no cluster), and all CTAs must be resident at
-// once: the epilogue exchanges sums among them (common/grid_exchange.cuh), and the kernel runs one CTA per
-// SM. One row block per warp, and the fused kernels instantiated (skinny_gemm_launch.cuh, add_rms_norm_kernel):
-// those of the default tilings, OCP e4m3 with wgmma exactly above 8 tokens, e4m3fnuz at 8 tokens or fewer. `n` a
-// multiple of 16 and the residual and FP8 rows 16-byte aligned (the launcher's part) let the epilogue move its
-// rows in 16 bytes.
-inline bool tma_norm_fusable(const TmaPlan& p, bool ocp_e4m3, int elem_bytes, int sms) {
-  const int mp = p.nt * 8;
-  return elem_bytes == 1 && p.rb == 1 && p.wk == 1 && !p.reducers && p.cluster == 1 && p.sk_tiles == 0 &&
-         p.dp_rounds == 1 && p.ctas == p.tiles && p.ctas <= sms &&
-         (ocp_e4m3 ? p.qgmma == (p.nt >= 2 ? 1 : 0) : p.nt == 1) &&
-         p.n % 16 == 0 && NormStaging(mp, p.block_n).bytes <= p.wk * mp * p.red_pitch * 4;
-}
-
 }  // namespace skinny
 }  // namespace fp8dk

@@ -267,8 +267,8 @@ def test_fp8_decoder_layer_matches_reference(kernel, convert, decoder, device, d
 
     ref_attn, ref_out, ref_residual = layer_reference(kernel.reference, layer, dims, x, residual.clone(), ref_cache,
                                                       pos, theta)
-    attn = []  # the attention's output, O's input (O runs inside skinny_gemm_add_rms_norm, without a forward hook)
-    layer.attention.register_forward_hook(lambda module, args, out: attn.append(out))
+    attn = []
+    layer.o.register_forward_pre_hook(lambda module, args: attn.append(args[0]))
     out = layer(x, residual, cache, pos, rope)
 
     assert out.dtype == dtype and not out.isnan().any()

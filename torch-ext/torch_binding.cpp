@@ -1,7 +1,6 @@
 #include <torch/all.h>
 #include <torch/library.h>
 
-#include "common/checks.h"
 #include "common/tuning.h"
 #include "registration.h"
 #include "torch_binding.h"
@@ -9,22 +8,6 @@
 // Forget the FP8DK_* tuning overrides read so far (common/tuning.h): the next launch reads the environment
 // again. For tests and tuning tools that change the environment inside one process.
 static void reload_tuning() { fp8dk::tuning::reload(); }
-
-// skinny_gemm then fused_add_rms_norm on its output, the GEMM's [M, N] output never stored where one kernel does
-// both (skinny_gemm_add_rms_norm_fused), else the two ops through a temporary (every backend, each its own).
-static void skinny_gemm_add_rms_norm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
-                                     const std::optional<torch::Tensor>& scale_a,
-                                     const std::optional<torch::Tensor>& scale_b,
-                                     const std::optional<torch::Tensor>& bias, torch::Tensor& residual,
-                                     const torch::Tensor& weight, double eps,
-                                     const std::optional<torch::Tensor>& scale) {
-  fp8dk::check_skinny_gemm_add_rms_norm_args(out, a, b, scale_a, scale_b, bias, residual, weight, eps, scale,
-                                             "skinny_gemm_add_rms_norm");
-  if (skinny_gemm_add_rms_norm_fused(out, a, b, scale_a, scale_b, bias, residual, weight, eps, scale)) return;
-  torch::Tensor h = torch::empty_like(residual);
-  skinny_gemm(h, a, b, scale_a, scale_b, bias);
-  fused_add_rms_norm(out, h, residual, weight, eps, scale);
-}
 
 #if defined(CPU_KERNEL)
 #include "common/cpu_simd.h"
@@ -43,9 +26,6 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def(
       "skinny_gemm(Tensor! out, Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, Tensor? bias) -> ()");
   ops.def("quantize_fp8(Tensor! out, Tensor input, Tensor scale) -> ()");
-  ops.def(
-      "skinny_gemm_add_rms_norm(Tensor! out, Tensor a, Tensor b, Tensor? scale_a, Tensor? scale_b, Tensor? bias, "
-      "Tensor! residual, Tensor weight, float eps, Tensor? scale) -> ()");
   ops.def("_reload_tuning() -> ()");
   ops.impl("_reload_tuning", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &reload_tuning));
 
@@ -57,7 +37,6 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("silu_and_mul", torch::kCPU, &silu_and_mul);
   ops.impl("skinny_gemm", torch::kCPU, &skinny_gemm);
   ops.impl("quantize_fp8", torch::kCPU, &quantize_fp8);
-  ops.impl("skinny_gemm_add_rms_norm", torch::kCPU, &skinny_gemm_add_rms_norm);
 #elif defined(CUDA_KERNEL) || defined(ROCM_KERNEL)
   // ROCm registers on kCUDA too: HIP tensors live on the "cuda" device in torch.
   ops.impl("rms_norm", torch::kCUDA, &rms_norm);
@@ -65,7 +44,6 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.impl("silu_and_mul", torch::kCUDA, &silu_and_mul);
   ops.impl("skinny_gemm", torch::kCUDA, &skinny_gemm);
   ops.impl("quantize_fp8", torch::kCUDA, &quantize_fp8);
-  ops.impl("skinny_gemm_add_rms_norm", torch::kCUDA, &skinny_gemm_add_rms_norm);
 #endif
 }
 

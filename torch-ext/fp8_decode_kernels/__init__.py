@@ -13,7 +13,6 @@ ops' fake implementations (torch.compile, meta tensors) sit next to the function
 
 - ``norm``: rms_norm, fused_add_rms_norm            - ``activation``: silu_and_mul
 - ``quantization``: quantize_fp8                     - ``gemm``: skinny_gemm (``routing``: its hand-off to cuBLASLt)
-  and skinny_gemm_add_rms_norm (the GEMM, the residual add and the next RMSNorm; one kernel where it can be)
 
 ``layers`` holds the ``kernels.kernelize`` layers, ``convert`` the static-FP8 linear layers and MLPs and the
 converter of transformers' Llama MLPs, ``reference`` pure-PyTorch definitions of every op's semantics,
@@ -29,7 +28,7 @@ from . import convert, layers, reference, routing
 from ._ops import ops
 from .activation import silu_and_mul
 from .fp8 import native_fp8_dtype
-from .gemm import skinny_gemm, skinny_gemm_add_rms_norm
+from .gemm import skinny_gemm
 from .norm import fused_add_rms_norm, rms_norm
 from .quantization import quantize_fp8
 from .tuning import tuning_overrides
@@ -46,6 +45,5 @@ __all__ = [
     "routing",
     "silu_and_mul",
     "skinny_gemm",
-    "skinny_gemm_add_rms_norm",
     "tuning_overrides",
 ]

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from . import reference
 from .activation import silu_and_mul
 from .fp8 import FP8_DTYPES, fp8_max, native_fp8_dtype
-from .gemm import skinny_gemm, skinny_gemm_add_rms_norm
+from .gemm import skinny_gemm
 from .norm import fused_add_rms_norm
 from .quantization import quantize_fp8
 
@@ -42,20 +42,17 @@ class DecodeOps(NamedTuple):
     signatures of this package's functions:
     ``add_rms_norm(x, residual, weight, eps, scale, out_dtype)`` (updates residual in place),
     ``silu_and_mul(x, scale, out_dtype)``, ``gemm(a, b, scale_a, scale_b, bias, out_dtype)``,
-    ``quantize(x, scale, out_dtype)``, and optionally ``gemm_add_rms_norm(a, b, residual, weight, eps, scale_a,
-    scale_b, bias, scale, out_dtype)``, gemm (out in residual's dtype) then add_rms_norm as one op (None: the
-    modules call the two)."""
+    ``quantize(x, scale, out_dtype)``."""
 
     add_rms_norm: Callable[..., torch.Tensor]
     silu_and_mul: Callable[..., torch.Tensor]
     gemm: Callable[..., torch.Tensor]
     quantize: Callable[..., torch.Tensor]
-    gemm_add_rms_norm: Optional[Callable[..., torch.Tensor]] = None
 
 
 # A 16-bit input of an Fp8Linear (in a decoder, the attention output: the one FP8 activation no fused op
 # produces) is quantized by the quantize_fp8 kernel.
-KERNEL_OPS = DecodeOps(fused_add_rms_norm, silu_and_mul, skinny_gemm, quantize_fp8, skinny_gemm_add_rms_norm)
+KERNEL_OPS = DecodeOps(fused_add_rms_norm, silu_and_mul, skinny_gemm, quantize_fp8)
 
 
 def _as_scale(scale: ScaleLike, device: torch.device) -> torch.Tensor:
@@ -124,20 +121,6 @@ class Fp8Linear(nn.Module):
                             self.bias, self.out_dtype)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
-    def forward_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                             scale: Optional[torch.Tensor] = None,
-                             out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-        """``ops.add_rms_norm(self(x), residual, norm_weight, eps, scale, out_dtype)``: this layer, the residual
-        add (residual updated in place) and the RMSNorm after it, e.g. a decoder's O projection and its
-        post-attention norm. One op (``ops.gemm_add_rms_norm``) where ``ops`` has it, x is [M, K] and residual
-        is the contiguous [M, N] of this layer's output dtype."""
-        fused = (self.ops.gemm_add_rms_norm is not None and x.dim() == 2 and residual.dim() == 2
-                 and residual.dtype == self.out_dtype and residual.is_contiguous())
-        if not fused:
-            return self.ops.add_rms_norm(self(x), residual, norm_weight, eps, scale, out_dtype)
-        return self.ops.gemm_add_rms_norm(self.quantize_input(x), self.weight, residual, norm_weight, eps,
-                                          self.input_scale, self.weight_scale, self.bias, scale, out_dtype)
-
     def extra_repr(self) -> str:
         n, k = self.weight.shape
         return f"in_features={k}, out_features={n}, weight={self.weight.dtype}, out={self.out_dtype}"
@@ -160,19 +143,9 @@ class Fp8LlamaMLP(nn.Module):
         self.down = down
         self.ops = ops
 
-    def activation(self, x: torch.Tensor) -> torch.Tensor:
-        """down's FP8 input: silu_and_mul of gate_up(x), quantized with ``down.input_scale``."""
-        return self.ops.silu_and_mul(self.gate_up(x), self.down.input_scale, self.down.weight.dtype)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(self.activation(x))
-
-    def forward_add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                             scale: Optional[torch.Tensor] = None,
-                             out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-        """The MLP, the residual add and the RMSNorm after it (a decoder's next input norm):
-        :meth:`Fp8Linear.forward_add_rms_norm` of down."""
-        return self.down.forward_add_rms_norm(self.activation(x), residual, norm_weight, eps, scale, out_dtype)
+        act = self.ops.silu_and_mul(self.gate_up(x), self.down.input_scale, self.down.weight.dtype)
+        return self.down(act)
 
 
 # ---------------------------------------------------------------- converting transformers' Llama MLPs

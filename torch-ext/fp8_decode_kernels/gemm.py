@@ -1,15 +1,13 @@
-"""The decode-shaped GEMM ``a @ b^T`` of a linear layer (skinny_gemm/), its hand-offs to torch's GEMMs, and the GEMM
-followed by the residual add and RMSNorm of a decoder (skinny_gemm_add_rms_norm)."""
+"""The decode-shaped GEMM ``a @ b^T`` of a linear layer (skinny_gemm/), and its hand-offs to torch's GEMMs."""
 
 from typing import Optional
 
 import torch
 
 from . import routing
-from ._common import check_devices, check_tensor, quant_output
+from ._common import check_devices, check_tensor
 from ._ops import add_op_namespace_prefix, ops
 from .fp8 import FP8_DTYPES, native_fp8_dtype
-from .norm import fused_add_rms_norm
 
 _16BIT_DTYPES = (torch.float16, torch.bfloat16)
 # The raw skinny_gemm op's limit on M (common/checks.h kSkinnyMaxM); larger M is routed to torch.
@@ -65,15 +63,6 @@ def _torch_gemm(a, b, scale_a, scale_b, bias, out_dtype):
     return out.to(out_dtype)
 
 
-def _routed_to_torch(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether skinny_gemm hands the call to torch: M > 32, or an FP8 shape where ``routing`` measured
-    torch._scaled_mm faster."""
-    if a.shape[0] > _SKINNY_MAX_M:
-        return True
-    return (a.dtype in FP8_DTYPES and b.is_contiguous() and _scaled_mm_supported(a, b)
-            and routing.prefer_scaled_mm(a, b))
-
-
 def skinny_gemm(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -107,49 +96,13 @@ def skinny_gemm(
         raise ValueError(f"skinny_gemm: a must be 2-D [M, K] and b 2-D [N, K], got a {tuple(a.shape)} and "
                          f"b {tuple(b.shape)}")
     dtype = _gemm_out_dtype(a, scale_a, scale_b, bias, out_dtype)
-    if _routed_to_torch(a, b):
+    if a.shape[0] > _SKINNY_MAX_M:
+        return _torch_gemm(a, b, scale_a, scale_b, bias, dtype)
+    if (a.dtype in FP8_DTYPES and b.is_contiguous() and _scaled_mm_supported(a, b)
+            and routing.prefer_scaled_mm(a, b)):
         return _torch_gemm(a, b, scale_a, scale_b, bias, dtype)
     out = torch.empty((a.shape[0], b.shape[0]), dtype=dtype, device=a.device)
     ops.skinny_gemm(out, a, b, scale_a, scale_b, bias)
-    return out
-
-
-def skinny_gemm_add_rms_norm(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float = 1e-6,
-    scale_a: Optional[torch.Tensor] = None,
-    scale_b: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    scale: Optional[torch.Tensor] = None,
-    out_dtype: Optional[torch.dtype] = None,
-) -> torch.Tensor:
-    """``fused_add_rms_norm(skinny_gemm(a, b, scale_a, scale_b, bias, residual.dtype), residual, weight, eps, scale,
-    out_dtype)``: a decoder's O or down projection, then the residual add and the next RMSNorm.
-
-    Updates ``residual`` [M, N] (contiguous, float16 or bfloat16: the GEMM's output dtype) IN PLACE to
-    ``residual + a @ b^T * scale_a * scale_b (+ bias)``, the GEMM's output rounded to that dtype first, and
-    returns the RMSNorm of the result, quantized to FP8 with ``scale`` or in residual's dtype without. The
-    arguments are :func:`skinny_gemm`'s and :func:`fused_add_rms_norm`'s.
-
-    On Hopper, with FP8 operands, an FP8 output of their flavour and a weight whose output tiles come out at one
-    per SM (e.g. N = 16384 on an H100: 405B's O and down), one kernel does both and the GEMM's output is never
-    stored; its sums of squares are added in another order than fused_add_rms_norm's, so an FP8 output may sit
-    one step from the composition's where that sum rounds differently (README "Op contract"). Everywhere else
-    (and with ``FP8DK_SKINNY_FUSED_NORM=0``) it is exactly the composition.
-    """
-    for name, t in (("a", a), ("b", b), ("residual", residual)):
-        check_tensor("skinny_gemm_add_rms_norm", name, t)
-    if a.dim() != 2 or b.dim() != 2:
-        raise ValueError(f"skinny_gemm_add_rms_norm: a must be 2-D [M, K] and b 2-D [N, K], got a {tuple(a.shape)} "
-                         f"and b {tuple(b.shape)}")
-    if _routed_to_torch(a, b):
-        h = skinny_gemm(a, b, scale_a, scale_b, bias, residual.dtype)
-        return fused_add_rms_norm(h, residual, weight, eps, scale, out_dtype)
-    out = quant_output("skinny_gemm_add_rms_norm", residual, scale, out_dtype)
-    ops.skinny_gemm_add_rms_norm(out, a, b, scale_a, scale_b, bias, residual, weight, eps, scale)
     return out
 
 
@@ -157,9 +110,3 @@ def skinny_gemm_add_rms_norm(
 @torch.library.register_fake(add_op_namespace_prefix("skinny_gemm"))
 def _skinny_gemm_fake(out, a, b, scale_a, scale_b, bias):
     check_devices("skinny_gemm", "a", a, b=b, scale_a=scale_a, scale_b=scale_b, out=out, bias=bias)
-
-
-@torch.library.register_fake(add_op_namespace_prefix("skinny_gemm_add_rms_norm"))
-def _skinny_gemm_add_rms_norm_fake(out, a, b, scale_a, scale_b, bias, residual, weight, eps, scale):
-    check_devices("skinny_gemm_add_rms_norm", "a", a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias,
-                  residual=residual, weight=weight, scale=scale, out=out)

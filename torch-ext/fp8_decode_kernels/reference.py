@@ -92,20 +92,3 @@ def skinny_gemm_ref(
     if bias is not None:
         acc = acc + bias.double()
     return acc.to(out_dtype)
-
-
-def skinny_gemm_add_rms_norm_ref(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    residual: torch.Tensor,
-    weight: torch.Tensor,
-    eps: float,
-    scale_a: Optional[torch.Tensor] = None,
-    scale_b: Optional[torch.Tensor] = None,
-    bias: Optional[torch.Tensor] = None,
-    scale: Optional[torch.Tensor] = None,
-    out_dtype: Optional[torch.dtype] = None,
-) -> tuple:
-    """Returns (out, new_residual): the GEMM in residual's dtype, then fused_add_rms_norm_ref on it."""
-    h = skinny_gemm_ref(a, b, scale_a, scale_b, bias, residual.dtype)
-    return fused_add_rms_norm_ref(h, residual, weight, eps, scale, out_dtype)
