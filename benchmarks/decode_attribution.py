@@ -17,7 +17,9 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
   skip      our build with one op replaced by a no-op returning a preallocated tensor (timing only: the output
             is wrong): the SwiGLU, the quantization before O, both RMSNorms, all of them, attention, everything
             but the GEMMs; and both RMSNorms as a near-empty kernel of ours (what a place in the PDL chain costs),
-            run on the batch's first row only, or without the residual (rms_norm of x)
+            run on the batch's first row only, without the residual (rms_norm of x), or as the static
+            quantization of x or of its first row (a norm whose row sums came ready-made); --skip NAME ...
+            runs only those
   chain     the step's GEMMs alone, back to back in model order (ours with and without PDL, torch), then each
             class alone: the GEMMs' time without the other kernels
   env       our build under tuning variables (--env LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE]), set when the graph is
@@ -56,6 +58,7 @@ def parse_args(argv=None):
     p.add_argument("--env", action="append", default=[], metavar="LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE]",
                    help="a variant of the env study (repeatable)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every variant")
+    p.add_argument("--skip", nargs="+", metavar="NAME", help="the skip study's variants to run (default: all)")
     own, rest = p.parse_known_args(argv)
     if own.help:
         p.print_help()
@@ -77,6 +80,8 @@ def parse_args(argv=None):
         own.study = [study for study in STUDIES if study != "env" or own.env_variants]
     elif "env" in own.study and not own.env_variants:
         p.error("--study env needs at least one --env")
+    if own.skip and "skip" not in own.study:
+        p.error("--skip needs the skip study")
     return own, step_args
 
 
@@ -109,7 +114,13 @@ def step_variants(setup, args, own, batch: int) -> Dict[str, tuple]:
             variants[f"ours, {g} on torch"] = step_of(model({g: paths["torch"].gemm}))
         variants["ours, all GEMMs on torch"] = step_of(model({g: paths["torch"].gemm for g in GEMMS}))
     if "skip" in own.study:
-        for name, (elementwise, attention) in skipped_ops(setup, paths["ours"], batch).items():
+        skipped = skipped_ops(setup, paths["ours"], batch)
+        unknown = sorted(set(own.skip or ()) - set(skipped))
+        if unknown:
+            raise SystemExit(f"--skip: no variant {unknown}; the skip study's variants: {sorted(skipped)}")
+        for name, (elementwise, attention) in skipped.items():
+            if own.skip and name not in own.skip:
+                continue
             variants[f"ours, {name}"] = step_of(model(elementwise=elementwise, attention=attention))
     if "chain" in own.study:
         variants |= gemm_chains(setup, paths, batch)
@@ -154,6 +165,12 @@ def skipped_ops(setup, ours, batch: int) -> Dict[str, tuple]:
     # rms_norm of x alone: the RMSNorm without the residual's read and write.
     norm_without_residual = norm_replaced_by(lambda x, residual, weight, eps, scale, out_dtype:
                                              setup.kernel.rms_norm(x, weight, eps, scale, out_dtype))
+    # The static quantization of x: an RMSNorm whose row sums came ready-made (no reduction, no residual), i.e.
+    # the elementwise rest of a norm whose sums the GEMM before it computed.
+    norm_as_quantization = norm_replaced_by(lambda x, residual, weight, eps, scale, out_dtype:
+                                            ours.quantize(x, scale, out_dtype))
+    norm_as_quantization_of_one_row = norm_replaced_by(lambda x, residual, weight, eps, scale, out_dtype:
+                                                       ours.quantize(x[:1], scale, out_dtype))
 
     none = ours._replace(silu_and_mul=lambda *a: swiglu_out, quantize=lambda *a: quant_out, add_rms_norm=no_norm)
     return {"no swiglu": (ours._replace(silu_and_mul=none.silu_and_mul), None),
@@ -162,6 +179,9 @@ def skipped_ops(setup, ours, batch: int) -> Dict[str, tuple]:
             "rmsnorm as a near-empty kernel": (ours._replace(add_rms_norm=norm_as_handoff), None),
             "rmsnorm of one row": (ours._replace(add_rms_norm=norm_of_one_row), None),
             "rmsnorm without the residual": (ours._replace(add_rms_norm=norm_without_residual), None),
+            "rmsnorm as a quantization of x": (ours._replace(add_rms_norm=norm_as_quantization), None),
+            "rmsnorm as a quantization of one row": (ours._replace(add_rms_norm=norm_as_quantization_of_one_row),
+                                                     None),
             "no elementwise": (none, None),
             "no attention": (ours, no_attention),
             "GEMMs only": (none, no_attention)}
