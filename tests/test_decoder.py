@@ -377,6 +377,25 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
     assert {p.suffix for p in tmp_path.iterdir()} == {".json", ".md"}
 
 
+def test_decode_attribution_skip_filter(kernel, tmp_path):
+    """--skip runs only the named variants of the skip study (with ours and torch); an unknown name is an error
+    that lists the variants."""
+    script = benchmark_script("decode_attribution.py")
+    common = ["--rounds", "1", "--repo-id", REPO_ID, "--device", "cpu", "--layers", "1", "--hidden", "128",
+              "--heads", "16", "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16",
+              "--batch", "2", "--replays", "2", "--no-compile", "--out", str(tmp_path), "--study", "skip"]
+    wanted = ["rmsnorm as a quantization of x", "rmsnorm as a quantization of one row"]
+    run = subprocess.run([sys.executable, str(script), *common, "--skip", *wanted], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (report,) = tmp_path.glob("*.json")
+    variants = {r["variant"] for r in json.loads(report.read_text())["results"]}
+    assert variants == {"ours", "torch"} | {f"ours, {name}" for name in wanted}
+    run = subprocess.run([sys.executable, str(script), *common, "--skip", "no such variant"], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode != 0 and "no such variant" in run.stderr and "no rmsnorm" in run.stderr, run.stderr
+
+
 def test_decode_attribution_layer_timeline():
     """The timeline's indexing on a made-up trace: per step the residual's zeros, 8 layers of (RMSNorm, GEMM,
     SwiGLU) where the GEMM starts before the RMSNorm ends (PDL), the final norm; three steps."""
