@@ -397,6 +397,29 @@ def test_decode_attribution_skip_filter(kernel_cpu, tmp_path):
     assert run.returncode != 0 and "no such variant" in run.stderr and "no rmsnorm" in run.stderr, run.stderr
 
 
+def test_decode_isolated_smoke(kernel, device, tmp_path):
+    """benchmarks/decode_isolated.py end to end at tiny sizes: one child process per build and round, in
+    alternating order, every batch size timed in each; an option it cannot honour is an error."""
+    script = benchmark_script("decode_isolated.py")
+    common = ["--repo-id", REPO_ID, "--device", device, "--layers", "1", "--hidden", "128", "--heads", "16",
+              "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16",
+              "--replays", "30" if device == "cuda" else "3", "--no-compile", "--out", str(tmp_path)]
+    run = subprocess.run([sys.executable, str(script), "--rounds", "2", "--batch", "2", "3", *common],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (report,) = tmp_path.glob("*.json")
+    results = json.loads(report.read_text())["results"]
+    assert sorted((r["round"], r["path"], r["batch"]) for r in results) == sorted(
+        (round_, path, batch) for round_ in (0, 1) for path in ("ours", "torch") for batch in (2, 3))
+    assert all(r["ms"] > 0 for r in results)
+    order = [r["path"] for r in results if r["batch"] == 2]
+    assert order == ["ours", "torch", "torch", "ours"], order
+    assert {p.suffix for p in tmp_path.iterdir()} == {".json", ".md"}
+    run = subprocess.run([sys.executable, str(script), "--tp", "2", *common], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode != 0 and "no --tp or --check" in run.stderr, run.stderr
+
+
 def test_decode_attribution_layer_timeline():
     """The timeline's indexing on a made-up trace: per step the residual's zeros, 8 layers of (RMSNorm, GEMM,
     SwiGLU) where the GEMM starts before the RMSNorm ends (PDL), the final norm; three steps."""
