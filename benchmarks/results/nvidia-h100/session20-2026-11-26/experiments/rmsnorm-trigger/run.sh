@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 set -u
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl 2>/dev/null
-export PYTHONPATH=/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+SITE=$(mktemp -d)  # .whl/: the kernels package and its wheels, installed outside the tree
+python3 -m pip install -q --no-index --no-deps --target "$SITE" .whl/*.whl 2>/dev/null
+export PYTHONPATH="$SITE" HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 START=$SECONDS
 nvidia-smi --query-gpu=name --format=csv,noheader
 git log --oneline -1
-CC=gcc CXX=g++ python3 tools/build.py > /tmp/build.log 2>&1 || { grep -B2 -A8 -i "error" /tmp/build.log | head -60; exit 1; }
+CC=gcc CXX=g++ python3 tools/build.py > "$SITE/build.log" 2>&1 || { grep -B2 -A8 -i "error" "$SITE/build.log" | head -60; exit 1; }
 echo "build $((SECONDS-START)) s"
 timeout 420 python3 benchmarks/decode_attribution.py --study env \
   --env "trigger after loads:FP8DK_RMSNORM_TRIGGER=1" \
