@@ -32,12 +32,10 @@ Written to --out (default benchmarks/results/<device>/decode-attribution/) as JS
 """
 
 import argparse
-import datetime
 import json
 import statistics
 import sys
 from collections import defaultdict
-from pathlib import Path
 from typing import Callable, Dict, List
 
 import torch
@@ -241,10 +239,7 @@ def kernel_label(name: str) -> str:
 
 def timeline(step: Callable, layers: int) -> List[dict]:
     """layer_timeline of TIMELINE_REPLAYS graph replays of `step`."""
-    ds.CudaGraphTimer.warm_up([step])
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = ds.capture_graph(step)
     ds.CudaGraphTimer.replay_ms(graph, ds.WARMUP_STEPS)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(TIMELINE_REPLAYS):
@@ -328,15 +323,11 @@ def main(argv=None) -> int:
         if "timeline" in own.study and device.type == "cuda":
             for path in ("ours", "torch"):
                 timelines[f"{path}, batch {batch}"] = timeline(variants[path][0], setup.shard.layers)
-    info = ds.describe_device(args.device)
-    env = {"device": info, "torch": torch.__version__, "git_revision": ds.git_revision(),
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    out = args.out or ds.REPO / "benchmarks" / "results" / ds.device_slug(info, args.device) / "decode-attribution"
-    out.mkdir(parents=True, exist_ok=True)
+    env = ds.run_environment(args.device)
+    out = ds.report_dir(args, env, "decode-attribution")
     name = f"{args.model}_shard{args.shard_of}_l{setup.shard.layers}"
     record = {"environment": env, "studies": own.study, "env_variants": own.env_variants,
-              "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-              "results": results, "timelines": timelines}
+              "args": ds.args_record(args), "results": results, "timelines": timelines}
     (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     timing = "CUDA-graph replays" if device.type == "cuda" else "eager steps"
     text = markdown(results, timelines, env, args.batch, timing)

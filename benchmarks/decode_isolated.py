@@ -18,7 +18,6 @@ Written to --out (default benchmarks/results/<device>/decode-isolated/) as JSON 
 """
 
 import argparse
-import datetime
 import json
 import statistics
 import subprocess
@@ -115,15 +114,11 @@ def main(argv=None) -> int:
     if own.child:
         return child(own.child, args)
     results = run_children(own, rest)
-    info = ds.describe_device(args.device)
-    env = {"device": info, "torch": torch.__version__, "git_revision": ds.git_revision(),
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    out = args.out or ds.REPO / "benchmarks" / "results" / ds.device_slug(info, args.device) / "decode-isolated"
-    out.mkdir(parents=True, exist_ok=True)
+    env = ds.run_environment(args.device)
+    out = ds.report_dir(args, env, "decode-isolated")
     name = f"{args.model}_shard{args.shard_of}"
     text = markdown(args, results, env, own.rounds)
-    record = {"environment": env, "rounds": own.rounds, "results": results,
-              "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
+    record = {"environment": env, "rounds": own.rounds, "results": results, "args": ds.args_record(args)}
     (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     (out / f"{name}.md").write_text(text)
     print(text)

@@ -374,14 +374,20 @@ def caches_for(layers: List[LayerWeights], batch: int):
 WARMUP_STEPS = 3
 
 
-def graph_step_ms(step: Callable[[], torch.Tensor], count: int) -> List[float]:
-    """Milliseconds of `count` replays of one decode step captured as a CUDA graph, with the sweep's warm-up
-    (side stream, as capture requires: library handles, NCCL communicators and compiled kernels must exist
-    first) and replay timing (CUDA events around each replay)."""
+def capture_graph(step: Callable[[], torch.Tensor]) -> torch.cuda.CUDAGraph:
+    """One decode step captured as a CUDA graph, after the sweep's warm-up (side stream, as capture requires:
+    library handles, NCCL communicators and compiled kernels must exist first)."""
     CudaGraphTimer.warm_up([step])
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
+    return graph
+
+
+def graph_step_ms(step: Callable[[], torch.Tensor], count: int) -> List[float]:
+    """Milliseconds of `count` replays of one decode step captured as a CUDA graph (capture_graph), timed with
+    CUDA events around each replay."""
+    graph = capture_graph(step)
     CudaGraphTimer.replay_ms(graph, WARMUP_STEPS)
     return CudaGraphTimer.replay_ms(graph, count)
 
@@ -715,22 +721,38 @@ def plot(args, results: List[Measurement], title: str, subtitle: str, path: Path
     plt.close(fig)
 
 
-def write_reports(args, setup: Setup, dist_ctx: Dist, results: List[Measurement]) -> None:
-    device_info = describe_device(args.device)
-    out = args.out or REPO / "benchmarks" / "results" / device_slug(device_info, args.device) / "decode"
+def run_environment(device: str) -> dict:
+    """What a decode report names its run by: the device, torch, the git revision and the date."""
+    return {"device": describe_device(device), "torch": torch.__version__, "git_revision": git_revision(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def report_dir(args, env: dict, default: str) -> Path:
+    """--out, or benchmarks/results/<device>/<default>/; created."""
+    out = args.out or REPO / "benchmarks" / "results" / device_slug(env["device"], args.device) / default
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def args_record(args) -> dict:
+    """The parsed options as JSON values."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
+def write_reports(args, setup: Setup, dist_ctx: Dist, results: List[Measurement]) -> None:
+    env = run_environment(args.device)
+    device_info = env["device"]
+    out = report_dir(args, env, "decode")
     name = f"{args.model}_shard{args.shard_of}_tp{dist_ctx.world}_l{setup.shard.layers}"
     title = (f"{args.model} decode step: per-GPU shard of TP{args.shard_of}, {dist_ctx.world} GPU(s), "
              f"{setup.shard.layers} layers")
     subtitle = (f"KV length {args.kv_len}, {args.dtype} / {str(setup.fp8_dtype).removeprefix('torch.float8_')}, "
                 f"{device_info['name']}")
-    env = {"device": device_info, "torch": torch.__version__, "git_revision": git_revision(),
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     text = markdown(args, results, f"{title}, {subtitle}", env)
     (out / f"{name}.md").write_text(text)
     record = {
         "title": title, "subtitle": subtitle, "environment": env,
-        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "args": args_record(args),
         "shard_shape": asdict(setup.shard), "fp8_dtype": str(setup.fp8_dtype), "tp": dist_ctx.world,
         "results": [{"path": m.path, "batch": m.batch, "latency_ms": m.latency_ms, "breakdown_us": m.breakdown.time_us,
                      "idle_us": m.idle_us, "calls_per_step": m.breakdown.calls, "top_kernels": m.breakdown.top_kernels,

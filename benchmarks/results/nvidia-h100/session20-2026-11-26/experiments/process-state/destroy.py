@@ -14,10 +14,7 @@ def main():
     def capture(name):
         step = v[name][0]
         step()
-        ds.CudaGraphTimer.warm_up([step])
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
+        g = ds.capture_graph(step)
         return g
     def report(tag, g):
         ds.CudaGraphTimer.replay_ms(g, 5)

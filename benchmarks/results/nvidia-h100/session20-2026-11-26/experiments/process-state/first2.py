@@ -16,10 +16,7 @@ def main():
     def capture(name):
         step = v[name][0]
         step()
-        ds.CudaGraphTimer.warm_up([step])
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
+        g = ds.capture_graph(step)
         graphs[name] = g
     def ms(name, n=40):
         g = graphs[name]

@@ -17,10 +17,7 @@ def main(first):
     def capture(name):
         step = v[name][0]
         step()
-        ds.CudaGraphTimer.warm_up([step])
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
+        g = ds.capture_graph(step)
         graphs[name] = g
     def report(tag, name):
         g = graphs[name]

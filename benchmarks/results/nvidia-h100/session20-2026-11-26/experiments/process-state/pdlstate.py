@@ -15,10 +15,7 @@ def main():
     for name in ("ours", "torch"):
         step = v[name][0]
         step()
-        ds.CudaGraphTimer.warm_up([step])
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            step()
+        g = ds.capture_graph(step)
         graphs[name] = g
     tiny = torch.ones(1, 16, device="cuda", dtype=torch.bfloat16)
     scale = torch.ones((), device="cuda")
