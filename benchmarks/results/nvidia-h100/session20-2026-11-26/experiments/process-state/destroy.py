@@ -1,5 +1,6 @@
-"""Session 20, prepared and not run: does destroying a CUDA graph, not an eager launch, leave the slow state that
-decode_attribution.py's later rounds show (docs/experiments/README.md, item 51)? Batch 32, 405B TP8 shard."""
+"""Session 20, prepared; run in session 21 (destroy.log, on d24abb7): does destroying a CUDA graph, not an eager
+launch, leave the slow state that decode_attribution.py's later rounds show (docs/experiments/README.md, item 51)?
+Batch 32, 405B TP8 shard."""
 import gc, statistics, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[5]))

@@ -1,4 +1,5 @@
-"""Session 20: is the state that speeds up both graphs the last eager launch being a PDL launch? Batch 32."""
+"""Session 20, prepared; run in session 21 (pdlstate.log, on d24abb7): is the state that speeds up both graphs
+the last eager launch being a PDL launch? Batch 32."""
 import statistics, sys
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[5]))
