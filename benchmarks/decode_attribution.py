@@ -28,6 +28,8 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
   timeline  per position in a layer: mean start, duration and gap to the previous kernel end, over the layers
             of a few graph replays (torch.profiler's CUDA activity records the kernels of graph launches; a
             kernel launched with PDL starts before its predecessor ends and waits: its duration includes that)
+Every graph is timed in one process state, --state (default fast; decode_step.py's STATES): the same graph's
+launch gaps depend on what the process launched eagerly before it.
 Written to --out (default benchmarks/results/<device>/decode-attribution/) as JSON and Markdown.
 """
 
@@ -36,7 +38,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -57,6 +59,8 @@ def parse_args(argv=None):
                    help="a variant of the env study (repeatable)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every variant")
     p.add_argument("--skip", nargs="+", metavar="NAME", help="the skip study's variants to run (default: all)")
+    p.add_argument("--state", choices=ds.STATES, default="fast",
+                   help="the process state every graph is timed in (decode_step.py, STATES)")
     own, rest = p.parse_known_args(argv)
     if own.help:
         p.print_help()
@@ -219,14 +223,16 @@ def with_tuning(gemm: Callable, env: dict, kernel) -> Callable:
     return tuned
 
 
-def time_ms(step: Callable, env: dict, kernel, args, device) -> float:
-    """Median step time: decode_step.py's CUDA-graph replays on a GPU (the graph captured under `env`), eager
-    steps on CPU."""
+def time_ms(step: Callable, env: dict, kernel, args, device, states: Optional[ds.ProcessState], state: str) -> float:
+    """Median step time: decode_step.py's CUDA-graph replays on a GPU (the graph captured under `env`, its
+    replays timed in process state `state`, entered outside `env`: a PDL launch must stay one), eager steps on
+    CPU."""
     with kernel.tuning_overrides(env):
         step()  # the torch build compiles its functions at the first call
         if device.type != "cuda":
             return statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS))
-        return statistics.median(ds.graph_step_ms(step, args.replays))
+        graph = ds.capture_graph(step)
+    return statistics.median(ds.replay_ms_in_state(graph, args.replays, states, state))
 
 
 def kernel_label(name: str) -> str:
@@ -237,9 +243,10 @@ def kernel_label(name: str) -> str:
     return name.split("<")[0].split("(")[0][-48:]
 
 
-def timeline(step: Callable, layers: int) -> List[dict]:
-    """layer_timeline of TIMELINE_REPLAYS graph replays of `step`."""
+def timeline(step: Callable, layers: int, states: ds.ProcessState, state: str) -> List[dict]:
+    """layer_timeline of TIMELINE_REPLAYS graph replays of `step`, in `state`."""
     graph = ds.capture_graph(step)
+    states.enter(state)
     ds.CudaGraphTimer.replay_ms(graph, ds.WARMUP_STEPS)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(TIMELINE_REPLAYS):
@@ -315,21 +322,24 @@ def main(argv=None) -> int:
     for batch in args.batch:
         ds.fresh_compile_cache()
         variants = step_variants(setup, args, own, batch)
+        states = ds.ProcessState(setup, batch, args.kv_len, device) if device.type == "cuda" else None
         for round_ in range(own.rounds):
             for name, (step, env) in variants.items():
-                ms = time_ms(step, env, setup.kernel, args, device)
+                ms = time_ms(step, env, setup.kernel, args, device, states, own.state)
                 results.append({"batch": batch, "variant": name, "round": round_, "ms": ms})
                 print(f"batch {batch:3d} round {round_} {name:32s} {ms:9.3f} ms", flush=True)
         if "timeline" in own.study and device.type == "cuda":
             for path in ("ours", "torch"):
-                timelines[f"{path}, batch {batch}"] = timeline(variants[path][0], setup.shard.layers)
+                timelines[f"{path}, batch {batch}"] = timeline(variants[path][0], setup.shard.layers, states,
+                                                               own.state)
     env = ds.run_environment(args.device)
     out = ds.report_dir(args, env, "decode-attribution")
     name = f"{args.model}_shard{args.shard_of}_l{setup.shard.layers}"
-    record = {"environment": env, "studies": own.study, "env_variants": own.env_variants,
+    record = {"environment": env, "studies": own.study, "state": own.state if device.type == "cuda" else "eager",
+              "env_variants": own.env_variants,
               "args": ds.args_record(args), "results": results, "timelines": timelines}
     (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
-    timing = "CUDA-graph replays" if device.type == "cuda" else "eager steps"
+    timing = f"CUDA-graph replays in the {own.state} state" if device.type == "cuda" else "eager steps"
     text = markdown(results, timelines, env, args.batch, timing)
     (out / f"{name}.md").write_text(text)
     print(text)

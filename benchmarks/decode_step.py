@@ -23,8 +23,9 @@ and down, so 405B --tp 2 measures TP8 per-GPU compute with a 2-GPU all-reduce. -
 with the unsharded step of the same seeded weights on rank 0, for both builds (every layer's attention and
 MLP output and the final output, against a noise floor measured on the spot), and exits: 1 on failure.
 
-Reported per batch and build: the step latency (median over --replays CUDA-graph replays; eager steps on CPU
-or with --no-graph) and a torch.profiler breakdown of the kernel time of eager steps into GEMM, RMSNorm,
+Reported per batch and build: the step latency (median over --replays CUDA-graph replays in each of two process
+states, fast and slow, that change a graph's launch gaps (STATES below); eager steps on CPU or with --no-graph)
+and a torch.profiler breakdown of the kernel time of eager steps into GEMM, RMSNorm,
 SwiGLU, quant, attention, communication and other, with "idle" = latency - kernel time (launch gaps); and
 the relative difference of our output from the torch build's next to its noise floor (the torch build's own
 output moved by a half-ulp random perturbation of its input).
@@ -392,6 +393,58 @@ def graph_step_ms(step: Callable[[], torch.Tensor], count: int) -> List[float]:
     return CudaGraphTimer.replay_ms(graph, count)
 
 
+# The same graph replays at different speeds depending on what the process launched eagerly before it
+# (docs/experiments/README.md, items 51-52; H100, 405B TP8 shard, batch 32: ours 25.5 / 26.1 ms, the torch
+# build's 26.8 / 28.1 ms). An eager launch with programmatic dependent launch (PDL; ours, and some cuBLAS
+# kernels) leaves the "fast" state; the model's attention (RoPE, cache write, SDPA) the "slow" one; most other
+# launches, and graph replays, leave it as it was. The graph's kernels take as long in both; the launch gaps
+# between them differ. Which state a server is in depends on the eager work between its replays, so a fair
+# comparison times both builds in the same state: decode_step.py times every build in both.
+STATES = ("fast", "slow")
+
+
+def timing_states(args) -> tuple:
+    """The process states decode steps are timed in: both on a GPU with CUDA graphs, else one ("eager")."""
+    return STATES if args.device == "cuda" and not args.no_graph else ("eager",)
+
+
+class ProcessState:
+    """Eager launches that put the process in one of STATES before a graph is timed: a PDL launch of our
+    quantize_fp8 on 16 values (fast; FP8DK_PDL=0 would turn it into a plain launch), or the attention of one
+    layer on a private cache (slow). Both are on the current stream, which the replays use."""
+
+    def __init__(self, setup: "Setup", batch: int, kv_len: int, device: torch.device):
+        shard, dtype = setup.shard, setup.dtype
+        self.kernel = setup.kernel
+        self.values = torch.ones(1, 16, device=device, dtype=dtype)
+        self.scale = torch.ones((), device=device)
+        self.attention = decoder.SdpaDecodeAttention(shard.heads, shard.kv_heads, shard.head_dim)
+        self.qkv = torch.zeros(batch, (shard.heads + 2 * shard.kv_heads) * shard.head_dim, device=device,
+                               dtype=dtype)
+        cache_shape = (batch, shard.kv_heads, kv_len, shard.head_dim)
+        self.cache = decoder.KVCache(torch.zeros(cache_shape, device=device, dtype=dtype),
+                                     torch.zeros(cache_shape, device=device, dtype=dtype))
+        self.pos = kv_len - 1
+        rope = decoder.rope_tables(kv_len, shard.head_dim, shard.rope_theta, dtype, device)
+        self.rope = decoder.Rope(rope.cos[self.pos], rope.sin[self.pos])
+
+    def enter(self, state: str) -> None:
+        if state == "fast":
+            self.kernel.quantize_fp8(self.values, self.scale)
+        elif state == "slow":
+            self.attention(self.qkv, self.cache, self.pos, self.rope)
+        else:
+            raise ValueError(f"ProcessState: state must be one of {STATES}, got {state!r}")
+        torch.cuda.synchronize()
+
+
+def replay_ms_in_state(graph: torch.cuda.CUDAGraph, count: int, states: ProcessState, state: str) -> List[float]:
+    """Milliseconds of `count` timed replays of `graph` after `state`'s setter and WARMUP_STEPS replays."""
+    states.enter(state)
+    CudaGraphTimer.replay_ms(graph, WARMUP_STEPS)
+    return CudaGraphTimer.replay_ms(graph, count)
+
+
 def category_of(event) -> str:
     """The category of the innermost decode/* profiler range around a CPU event, "other" outside all."""
     while event is not None:
@@ -475,16 +528,15 @@ def profile_breakdown(step: Callable[[], object], steps: int, device: torch.devi
 class Measurement:
     path: str
     batch: int
-    latency_ms: Dict[str, float]  # median, p10, p90 over the timed steps
+    latency_ms: Dict[str, Dict[str, float]]  # per state (timing_states): median, p10, p90 over the timed steps
     breakdown: Breakdown
     rel_diff_vs_torch: float
     # The torch build's own output moved by a half-ulp random perturbation of its input: how far two runs
     # that differ only in roundings drift apart over these layers (random FP8 weights amplify it).
     noise_floor: float = 0.0
 
-    @property
-    def idle_us(self) -> float:
-        return max(0.0, self.latency_ms["median"] * 1e3 - self.breakdown.busy_us)
+    def idle_us(self, state: str) -> float:
+        return max(0.0, self.latency_ms[state]["median"] * 1e3 - self.breakdown.busy_us)
 
 
 def summarize(samples: List[float]) -> Dict[str, float]:
@@ -498,19 +550,25 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device, barrier, kernel) -> tuple:
-    """Latency samples and breakdown of one build at one batch size; also returns the step's output."""
+def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device, barrier, kernel,
+            states: "ProcessState") -> tuple:
+    """One build at one batch size: its output, latency samples per process state (timing_states) and
+    breakdown. On a GPU the step is captured once and its replays timed after each state's setter."""
     def step():
         return model(x, caches, pos)
 
     out = step().clone()  # the first call compiles the torch build's functions
     barrier()
+    samples = {}
     if device.type == "cuda" and not args.no_graph:
-        samples = graph_step_ms(step, args.replays)
+        graph = capture_graph(step)
+        for state in timing_states(args):
+            samples[state] = replay_ms_in_state(graph, args.replays, states, state)
     else:
-        samples = synced_ms(step, args.replays, device, WARMUP_STEPS)
+        samples["eager"] = synced_ms(step, args.replays, device, WARMUP_STEPS)
     barrier()
-    return out, summarize(samples), profile_breakdown(step, args.profile_steps, device, kernel)
+    latency = {state: summarize(ms) for state, ms in samples.items()}
+    return out, latency, profile_breakdown(step, args.profile_steps, device, kernel)
 
 
 # ---------------------------------------------------------------- runs
@@ -585,12 +643,14 @@ def run_benchmark(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> L
         fresh_compile_cache()
         x = batch_input(setup, setup.shard.hidden, batch, args.seed, device)
         caches = caches_for(setup.layers, batch)
+        states = ProcessState(setup, batch, args.kv_len, device) if device.type == "cuda" else None
         outputs, measured = {}, {}
         for path in reversed(PATHS):  # torch first: its output is the agreement baseline
             outputs[path], latency, breakdown = measure(models[path], caches, x, pos, args, device, barrier,
-                                                         setup.kernel)
+                                                         setup.kernel, states)
             measured[path] = (latency, breakdown)
-            log(dist_ctx, f"batch {batch:3d} {path:5s}: {latency['median']:8.3f} ms per step")
+            log(dist_ctx, f"batch {batch:3d} {path:5s}: " + ", ".join(
+                f"{summary['median']:8.3f} ms per step ({state})" for state, summary in latency.items()))
         noise = relative_error(models["torch"](half_ulp_perturbed(x, args.seed), caches, pos), outputs["torch"])
         for path in PATHS:
             latency, breakdown = measured[path]
@@ -666,31 +726,41 @@ def run_check(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> bool:
 
 def markdown(args, results: List[Measurement], title: str, env: dict) -> str:
     by_key = {(m.path, m.batch): m for m in results}
+    states = timing_states(args)
     timing = "CUDA-graph replays" if args.device == "cuda" and not args.no_graph else "eager steps"
     work = "kernel time" if args.device == "cuda" else "op time"
     lines = [f"# {title}", "",
-             f"{env['device']['name']}, torch {env['torch']}, git {env['git_revision']}, {env['date']}.", "",
-             f"Step latency: median of {args.replays} {timing}. Breakdown: {work} per step (µs) of "
-             f"{args.profile_steps} profiled eager steps; idle = latency - {work}.", "",
-             "| batch | ours (ms) | torch (ms) | speedup | ours vs torch rel. error | noise floor |",
-             "|---:|---:|---:|---:|---:|---:|"]
+             f"{env['device']['name']}, torch {env['torch']}, git {env['git_revision']}, {env['date']}.", ""]
+    if states == STATES:
+        lines += ["Step latency: median of "
+                  f"{args.replays} {timing} of each build in each process state: fast after an eager PDL launch, "
+                  "slow after the model's attention (docs/experiments/README.md, items 51-52). Breakdown: "
+                  f"{work} per step (µs) of {args.profile_steps} profiled eager steps; idle = latency - {work}.", ""]
+    else:
+        lines += [f"Step latency: median of {args.replays} {timing}. Breakdown: {work} per step (µs) of "
+                  f"{args.profile_steps} profiled eager steps; idle = latency - {work}.", ""]
+    lines += ["| batch | state | ours (ms) | torch (ms) | speedup | ours vs torch rel. error | noise floor |",
+              "|---:|---|---:|---:|---:|---:|---:|"]
     for batch in args.batch:
         ours, peer = by_key[("ours", batch)], by_key[("torch", batch)]
-        lines.append(f"| {batch} | {ours.latency_ms['median']:.3f} | {peer.latency_ms['median']:.3f} | "
-                     f"{peer.latency_ms['median'] / ours.latency_ms['median']:.2f}x | {ours.rel_diff_vs_torch:.1e} | "
-                     f"{ours.noise_floor:.1e} |")
-    lines += ["", "| batch | build | " + " | ".join(CATEGORIES) + " | idle | launches per step |",
-              "|---:|---|" + "---:|" * (len(CATEGORIES) + 2)]
+        for state in states:
+            mine, theirs = ours.latency_ms[state]["median"], peer.latency_ms[state]["median"]
+            lines.append(f"| {batch} | {state} | {mine:.3f} | {theirs:.3f} | {theirs / mine:.3f}x | "
+                         f"{ours.rel_diff_vs_torch:.1e} | {ours.noise_floor:.1e} |")
+    idle = " | ".join(f"idle ({state})" for state in states)
+    lines += ["", "| batch | build | " + " | ".join(CATEGORIES) + f" | {idle} | launches per step |",
+              "|---:|---|" + "---:|" * (len(CATEGORIES) + len(states) + 1)]
     for m in results:
         cells = " | ".join(f"{m.breakdown.time_us[c]:.0f}" for c in CATEGORIES)
-        lines.append(f"| {m.batch} | {m.path} | {cells} | {m.idle_us:.0f} | "
-                     f"{sum(m.breakdown.calls.values()):.0f} |")
+        idles = " | ".join(f"{m.idle_us(state):.0f}" for state in states)
+        lines.append(f"| {m.batch} | {m.path} | {cells} | {idles} | {sum(m.breakdown.calls.values()):.0f} |")
     return "\n".join(lines) + "\n"
 
 
 def plot(args, results: List[Measurement], title: str, subtitle: str, path: Path) -> None:
     """Stacked bars per batch size, ours next to torch: kernel time by category plus idle, which adds up to
-    the measured step latency (a black line)."""
+    the measured step latency in the slowest state; the latency in each state is a black line (solid for the
+    first of timing_states, dashed for the next)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -698,18 +768,21 @@ def plot(args, results: List[Measurement], title: str, subtitle: str, path: Path
 
     colors = dict(zip(CATEGORIES + ("idle",), plt.get_cmap("tab10").colors))
     by_key = {(m.path, m.batch): m for m in results}
+    states = timing_states(args)
     fig, ax = plt.subplots(figsize=(2 + 1.8 * len(args.batch), 5))
     width, ticks, labels = 0.4, [], []
     for i, batch in enumerate(args.batch):
         for j, name in enumerate(PATHS):
             m, x, bottom = by_key[(name, batch)], i + (j - 0.5) * 0.45, 0.0
-            segments = [(c, m.breakdown.time_us[c] / 1e3) for c in CATEGORIES] + [("idle", m.idle_us / 1e3)]
+            idle_us = max(m.idle_us(state) for state in states)
+            segments = [(c, m.breakdown.time_us[c] / 1e3) for c in CATEGORIES] + [("idle", idle_us / 1e3)]
             for category, ms in segments:
                 ax.bar(x, ms, width, bottom=bottom, color=colors[category], label=category if i == j == 0 else None)
                 bottom += ms
             # The profiled kernel time can exceed the graph-timed latency (eager steps); mark the latter.
-            ax.hlines(m.latency_ms["median"], x - width / 2, x + width / 2, colors="black",
-                      label="step latency" if i == j == 0 else None)
+            for state, style in zip(states, ("solid", "dashed")):
+                ax.hlines(m.latency_ms[state]["median"], x - width / 2, x + width / 2, colors="black",
+                          linestyles=style, label=f"step latency ({state})" if i == j == 0 else None)
             ticks.append(x)
             labels.append(f"{name}\nbatch {batch}")
     ax.set_xticks(ticks, labels)
@@ -755,7 +828,7 @@ def write_reports(args, setup: Setup, dist_ctx: Dist, results: List[Measurement]
         "args": args_record(args),
         "shard_shape": asdict(setup.shard), "fp8_dtype": str(setup.fp8_dtype), "tp": dist_ctx.world,
         "results": [{"path": m.path, "batch": m.batch, "latency_ms": m.latency_ms, "breakdown_us": m.breakdown.time_us,
-                     "idle_us": m.idle_us, "calls_per_step": m.breakdown.calls, "top_kernels": m.breakdown.top_kernels,
+                     "idle_us": {state: m.idle_us(state) for state in m.latency_ms}, "calls_per_step": m.breakdown.calls, "top_kernels": m.breakdown.top_kernels,
                      "rel_diff_vs_torch": m.rel_diff_vs_torch, "noise_floor": m.noise_floor} for m in results],
     }
     (out / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
