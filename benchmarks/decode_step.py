@@ -45,7 +45,9 @@ import datetime  # noqa: E402
 import functools  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 from collections import Counter  # noqa: E402
 from dataclasses import asdict, dataclass, replace  # noqa: E402
@@ -130,6 +132,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--repo-id", help="load with kernels.get_kernel(REPO_ID, version=VERSION) instead of the "
                    "local build (as benchmarks/sweep.py)")
     p.add_argument("--version", type=int, default=1, help="kernel version for --repo-id (default 1)")
+    p.add_argument("--one-process", action="store_true",
+                   help="time every batch size in this process (default on a GPU with one rank: a child process "
+                   "per batch size, see STATES)")
     args = p.parse_args(argv)
     if args.replays < 30 and args.device == "cuda":
         p.error("--replays must be at least 30 on a GPU")
@@ -659,6 +664,38 @@ def run_benchmark(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> L
     return results
 
 
+def batch_processes(args, dist_ctx: Dist) -> bool:
+    """Whether each batch size runs in a child process of its own: CUDA-graph timing on one rank, unless
+    --one-process. In one process, the fast state stopped taking hold after the first batch size's graphs (H100:
+    the same numbers in both states at batch 8 and 32 in three runs; items 51-52); in a fresh process it takes
+    hold every time. Under torchrun every rank times its batches in its own process."""
+    return (args.device == "cuda" and not args.no_graph and not args.one_process and dist_ctx.world == 1
+            and len(args.batch) > 1)
+
+
+def measurement_of(record: dict) -> Measurement:
+    """A Measurement back from its entry in a report's JSON (write_reports)."""
+    breakdown = Breakdown(record["breakdown_us"], record["calls_per_step"], record["top_kernels"])
+    return Measurement(record["path"], record["batch"], record["latency_ms"], breakdown,
+                       record["rel_diff_vs_torch"], record["noise_floor"])
+
+
+def run_batch_processes(args, argv: List[str]) -> List[Measurement]:
+    """run_benchmark for each batch size in a child process of this script (the same options, then --batch B
+    --out <temporary folder> --one-process, which override the earlier ones); its measurements read back from
+    the child's JSON report."""
+    results = []
+    for batch in args.batch:
+        with tempfile.TemporaryDirectory() as out:
+            command = [sys.executable, __file__, *argv, "--batch", str(batch), "--out", out, "--one-process"]
+            run = subprocess.run(command)
+            if run.returncode != 0:
+                raise SystemExit(f"decode_step.py: the child process for batch {batch} failed (exit {run.returncode})")
+            (report,) = Path(out).glob("*.json")
+            results += [measurement_of(r) for r in json.loads(report.read_text())["results"]]
+    return results
+
+
 def half_ulp_perturbed(x: torch.Tensor, seed: int) -> torch.Tensor:
     """x with a random relative perturbation of half its dtype's epsilon per element (one rounding's worth)."""
     g = torch.Generator(x.device).manual_seed(seed + 1)
@@ -812,23 +849,25 @@ def args_record(args) -> dict:
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
 
 
-def write_reports(args, setup: Setup, dist_ctx: Dist, results: List[Measurement]) -> None:
+def write_reports(args, shard: ModelShape, fp8_dtype: torch.dtype, dist_ctx: Dist,
+                  results: List[Measurement]) -> None:
     env = run_environment(args.device)
     device_info = env["device"]
     out = report_dir(args, env, "decode")
-    name = f"{args.model}_shard{args.shard_of}_tp{dist_ctx.world}_l{setup.shard.layers}"
+    name = f"{args.model}_shard{args.shard_of}_tp{dist_ctx.world}_l{shard.layers}"
     title = (f"{args.model} decode step: per-GPU shard of TP{args.shard_of}, {dist_ctx.world} GPU(s), "
-             f"{setup.shard.layers} layers")
-    subtitle = (f"KV length {args.kv_len}, {args.dtype} / {str(setup.fp8_dtype).removeprefix('torch.float8_')}, "
+             f"{shard.layers} layers")
+    subtitle = (f"KV length {args.kv_len}, {args.dtype} / {str(fp8_dtype).removeprefix('torch.float8_')}, "
                 f"{device_info['name']}")
     text = markdown(args, results, f"{title}, {subtitle}", env)
     (out / f"{name}.md").write_text(text)
     record = {
         "title": title, "subtitle": subtitle, "environment": env,
         "args": args_record(args),
-        "shard_shape": asdict(setup.shard), "fp8_dtype": str(setup.fp8_dtype), "tp": dist_ctx.world,
+        "shard_shape": asdict(shard), "fp8_dtype": str(fp8_dtype), "tp": dist_ctx.world,
         "results": [{"path": m.path, "batch": m.batch, "latency_ms": m.latency_ms, "breakdown_us": m.breakdown.time_us,
-                     "idle_us": {state: m.idle_us(state) for state in m.latency_ms}, "calls_per_step": m.breakdown.calls, "top_kernels": m.breakdown.top_kernels,
+                     "idle_us": {state: m.idle_us(state) for state in m.latency_ms},
+                     "calls_per_step": m.breakdown.calls, "top_kernels": m.breakdown.top_kernels,
                      "rel_diff_vs_torch": m.rel_diff_vs_torch, "noise_floor": m.noise_floor} for m in results],
     }
     (out / f"{name}.json").write_text(json.dumps(record, indent=2) + "\n")
@@ -838,17 +877,24 @@ def write_reports(args, setup: Setup, dist_ctx: Dist, results: List[Measurement]
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     torch._dynamo.config.fail_on_recompile_limit_hit = True
     dist_ctx = init_distributed(args)
     device = device_of(args)
     try:
-        setup = make_setup(args, dist_ctx, device)
-        if args.check:
-            return 0 if run_check(args, setup, dist_ctx, device) else 1
-        results = run_benchmark(args, setup, dist_ctx, device)
+        if batch_processes(args, dist_ctx):  # the children build the model; this process only reports
+            results = run_batch_processes(args, argv)
+            shard = split_shape(full_shape(args), args.shard_of)
+            fp8_dtype = load_kernel(args).native_fp8_dtype(device)
+        else:
+            setup = make_setup(args, dist_ctx, device)
+            if args.check:
+                return 0 if run_check(args, setup, dist_ctx, device) else 1
+            results = run_benchmark(args, setup, dist_ctx, device)
+            shard, fp8_dtype = setup.shard, setup.fp8_dtype
         if dist_ctx.rank == 0:
-            write_reports(args, setup, dist_ctx, results)
+            write_reports(args, shard, fp8_dtype, dist_ctx, results)
         return 0
     finally:
         if dist_ctx.world > 1:

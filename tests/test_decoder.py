@@ -44,6 +44,19 @@ def benchmark_script(name: str):
     return script
 
 
+def benchmark_module(name: str):
+    """benchmarks/<name>.py imported as a module (its folder on sys.path while it loads its own imports)."""
+    script = benchmark_script(f"{name}.py")
+    sys.path.insert(0, str(script.parent))
+    try:
+        spec = importlib.util.spec_from_file_location(name, script)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(script.parent))
+    return module
+
+
 @pytest.fixture
 def convert(kernel):
     """The package's static-FP8 modules and converters."""
@@ -334,24 +347,58 @@ def test_convert_rejects_models_without_llama_mlps(convert):
                                                                                        reason="no GPU"))])
 def test_decode_step_benchmark_smoke(kernel, device, tmp_path):
     """benchmarks/decode_step.py end to end at tiny sizes, loading the kernel the way these tests do: eager
-    steps on CPU, CUDA-graph replays in both process states on a GPU."""
+    steps on CPU; on a GPU, CUDA-graph replays in both process states, each batch size in a child process."""
     script = benchmark_script("decode_step.py")
     command = [sys.executable, str(script), "--repo-id", REPO_ID, "--device", device, "--layers", "1",
                "--hidden", "128", "--heads", "16", "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024",
-               "--kv-len", "16", "--batch", "2", "--replays", "30" if device == "cuda" else "3",
+               "--kv-len", "16", "--batch", "2", "3", "--replays", "30" if device == "cuda" else "3",
                "--profile-steps", "1", "--no-compile", "--out", str(tmp_path)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     (report,) = tmp_path.glob("*.json")
     results = json.loads(report.read_text())["results"]
-    assert {(r["path"], r["batch"]) for r in results} == {("ours", 2), ("torch", 2)}
+    assert {(r["path"], r["batch"]) for r in results} == {(p, b) for p in ("ours", "torch") for b in (2, 3)}
     states = {"fast", "slow"} if device == "cuda" else {"eager"}
     assert all(set(r["latency_ms"]) == states == set(r["idle_us"]) for r in results)
     assert all(s["median"] > 0 for r in results for s in r["latency_ms"].values())
     assert all(r["rel_diff_vs_torch"] < 0.05 for r in results)
     table = (tmp_path / report.name.replace(".json", ".md")).read_text()
-    assert all(f"| 2 | {state} |" in table for state in states), table
+    assert all(f"| {b} | {state} |" in table for b in (2, 3) for state in states), table
     assert {p.suffix for p in tmp_path.iterdir()} == {".json", ".md", ".png"}
+    # The parent of the per-batch children reads their measurements back from the same JSON.
+    decode_step = benchmark_module("decode_step")
+    for record in results:
+        measurement = decode_step.measurement_of(record)
+        assert measurement.latency_ms == record["latency_ms"]
+        assert all(measurement.idle_us(state) == record["idle_us"][state] for state in states)
+
+
+def test_decode_step_batch_children(kernel_cpu, tmp_path):
+    """run_batch_processes (on a GPU the default for several batch sizes) at tiny sizes, here on the CPU: one
+    child per batch size, their measurements read back in batch order."""
+    decode_step = benchmark_module("decode_step")
+    argv = ["--repo-id", REPO_ID, "--device", "cpu", "--layers", "1", "--hidden", "128", "--heads", "16",
+            "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16", "--batch", "2", "3",
+            "--replays", "3", "--profile-steps", "1", "--no-compile", "--out", str(tmp_path)]
+    results = decode_step.run_batch_processes(decode_step.parse_args(argv), argv)
+    assert [(m.batch, m.path) for m in results] == [(2, "ours"), (2, "torch"), (3, "ours"), (3, "torch")]
+    assert all(m.latency_ms["eager"]["median"] > 0 and m.breakdown.busy_us > 0 for m in results)
+    assert not any(tmp_path.iterdir())  # the children wrote to their own folders
+
+
+def test_decode_step_batch_processes():
+    """Which runs time each batch size in a child process: CUDA graphs on one rank with several batch sizes."""
+    decode_step = benchmark_module("decode_step")
+    one_rank, two_ranks = decode_step.Dist(), decode_step.Dist(rank=0, world=2)
+
+    def args(*extra):
+        return decode_step.parse_args(["--device", "cuda", "--replays", "30", *extra])
+    assert decode_step.batch_processes(args(), one_rank)
+    assert not decode_step.batch_processes(args("--one-process"), one_rank)
+    assert not decode_step.batch_processes(args("--no-graph"), one_rank)
+    assert not decode_step.batch_processes(args("--batch", "32"), one_rank)
+    assert not decode_step.batch_processes(args("--tp", "2"), two_ranks)
+    assert not decode_step.batch_processes(decode_step.parse_args(["--device", "cpu"]), one_rank)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not HAS_GPU,
@@ -408,14 +455,7 @@ def test_decode_attribution_skip_filter(kernel_cpu, tmp_path):
 def test_decode_attribution_layer_timeline():
     """The timeline's indexing on a made-up trace: per step the residual's zeros, 8 layers of (RMSNorm, GEMM,
     SwiGLU) where the GEMM starts before the RMSNorm ends (PDL), the final norm; three steps."""
-    script = benchmark_script("decode_attribution.py")
-    sys.path.insert(0, str(script.parent))
-    try:
-        spec = importlib.util.spec_from_file_location("decode_attribution", script)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(script.parent))
+    module = benchmark_module("decode_attribution")
     layers, kernels, t = 8, [], 0.0
     for _ in range(3):
         kernels.append((t, t + 1.0, "fill"))
