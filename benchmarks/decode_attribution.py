@@ -29,7 +29,9 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
             of a few graph replays (torch.profiler's CUDA activity records the kernels of graph launches; a
             kernel launched with PDL starts before its predecessor ends and waits: its duration includes that)
 Every graph is timed in one process state, --state (default fast; decode_step.py's STATES): the same graph's
-launch gaps depend on what the process launched eagerly before it.
+launch gaps depend on what the process launched eagerly before it. In one process the fast state stopped taking
+hold after the first batch size's graphs (docs/experiments/README.md, item 52): run one batch size per process
+when the fast state's numbers matter, and check them against decode_step.py's.
 Written to --out (default benchmarks/results/<device>/decode-attribution/) as JSON and Markdown.
 """
 

@@ -390,14 +390,6 @@ def capture_graph(step: Callable[[], torch.Tensor]) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def graph_step_ms(step: Callable[[], torch.Tensor], count: int) -> List[float]:
-    """Milliseconds of `count` replays of one decode step captured as a CUDA graph (capture_graph), timed with
-    CUDA events around each replay."""
-    graph = capture_graph(step)
-    CudaGraphTimer.replay_ms(graph, WARMUP_STEPS)
-    return CudaGraphTimer.replay_ms(graph, count)
-
-
 # The same graph replays at different speeds depending on what the process launched eagerly before it
 # (docs/experiments/README.md, items 51-52; H100, 405B TP8 shard, batch 32: ours 25.5 / 26.1 ms, the torch
 # build's 26.8 / 28.1 ms). An eager launch with programmatic dependent launch (PDL; ours, and some cuBLAS
@@ -556,7 +548,7 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device, barrier, kernel,
-            states: "ProcessState") -> tuple:
+            states: Optional[ProcessState]) -> tuple:
     """One build at one batch size: its output, latency samples per process state (timing_states) and
     breakdown. On a GPU the step is captured once and its replays timed after each state's setter."""
     def step():
