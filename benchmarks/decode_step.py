@@ -660,7 +660,8 @@ def batch_processes(args, dist_ctx: Dist) -> bool:
     """Whether each batch size runs in a child process of its own: CUDA-graph timing on one rank, unless
     --one-process. In one process, the fast state stopped taking hold after the first batch size's graphs (H100:
     the same numbers in both states at batch 8 and 32 in three runs; items 51-52); in a fresh process it takes
-    hold every time. Under torchrun every rank times its batches in its own process."""
+    hold every time, and no earlier batch size's profiler session slows the replays. Under torchrun every rank
+    times its batches in its own process."""
     return (args.device == "cuda" and not args.no_graph and not args.one_process and dist_ctx.world == 1
             and len(args.batch) > 1)
 
