@@ -44,6 +44,11 @@ def benchmark_script(name: str):
     return script
 
 
+# The decode benchmarks' smoke-test model, after --layers: a tiny Llama shard whose step runs in a second.
+TINY_DECODER = ["--hidden", "128", "--heads", "16", "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024",
+                "--kv-len", "16"]
+
+
 def benchmark_module(name: str):
     """benchmarks/<name>.py imported as a module (its folder on sys.path while it loads its own imports)."""
     script = benchmark_script(f"{name}.py")
@@ -350,8 +355,7 @@ def test_decode_step_benchmark_smoke(kernel, device, tmp_path):
     steps on CPU; on a GPU, CUDA-graph replays in both process states, each batch size in a child process."""
     script = benchmark_script("decode_step.py")
     command = [sys.executable, str(script), "--repo-id", REPO_ID, "--device", device, "--layers", "1",
-               "--hidden", "128", "--heads", "16", "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024",
-               "--kv-len", "16", "--batch", "2", "3", "--replays", "30" if device == "cuda" else "3",
+               *TINY_DECODER, "--batch", "2", "3", "--replays", "30" if device == "cuda" else "3",
                "--profile-steps", "1", "--no-compile", "--out", str(tmp_path)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -377,8 +381,7 @@ def test_decode_step_batch_children(kernel_cpu, tmp_path):
     """run_batch_processes (on a GPU the default for several batch sizes) at tiny sizes, here on the CPU: one
     child per batch size, their measurements read back in batch order."""
     decode_step = benchmark_module("decode_step")
-    argv = ["--repo-id", REPO_ID, "--device", "cpu", "--layers", "1", "--hidden", "128", "--heads", "16",
-            "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16", "--batch", "2", "3",
+    argv = ["--repo-id", REPO_ID, "--device", "cpu", "--layers", "1", *TINY_DECODER, "--batch", "2", "3",
             "--replays", "3", "--profile-steps", "1", "--no-compile", "--out", str(tmp_path)]
     results = decode_step.run_batch_processes(decode_step.parse_args(argv), argv)
     assert [(m.batch, m.path) for m in results] == [(2, "ours"), (2, "torch"), (3, "ours"), (3, "torch")]
@@ -409,8 +412,7 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
     command = [sys.executable, str(script), "--env", "no PDL:FP8DK_PDL=0",
                "--env", "o, 2 stages:o:FP8DK_SKINNY_TMA_STAGES=2", "--env", "o, 2 stages:FP8DK_PDL=0",
                "--rounds", "1",
-               "--repo-id", REPO_ID, "--device", device, "--layers", "2", "--hidden", "128", "--heads", "16",
-               "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16", "--batch", "2",
+               "--repo-id", REPO_ID, "--device", device, "--layers", "2", *TINY_DECODER, "--batch", "2",
                "--replays", "30" if device == "cuda" else "3", "--no-compile", "--out", str(tmp_path)]
     # Our GEMM kernel at every shape, so that the timeline has it: at these tiny shapes the routing table sends
     # the GEMMs to torch._scaled_mm on an H200 (routing.py).
@@ -437,8 +439,7 @@ def test_decode_attribution_skip_filter(kernel_cpu, tmp_path):
     that lists the variants. The filter is the same on every device: run on the CPU variant (skipped on a GPU
     machine without one, where `--device cpu` would find no build)."""
     script = benchmark_script("decode_attribution.py")
-    common = ["--rounds", "1", "--repo-id", REPO_ID, "--device", "cpu", "--layers", "1", "--hidden", "128",
-              "--heads", "16", "--kv-heads", "8", "--head-dim", "32", "--intermediate", "1024", "--kv-len", "16",
+    common = ["--rounds", "1", "--repo-id", REPO_ID, "--device", "cpu", "--layers", "1", *TINY_DECODER,
               "--batch", "2", "--replays", "2", "--no-compile", "--out", str(tmp_path), "--study", "skip"]
     wanted = ["rmsnorm as a quantization of x", "rmsnorm as a quantization of one row"]
     run = subprocess.run([sys.executable, str(script), *common, "--skip", *wanted], capture_output=True, text=True,
