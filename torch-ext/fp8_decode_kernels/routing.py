@@ -35,27 +35,28 @@ _SM90_ALWAYS_OURS_M = 4
 _SM90_LARGE_WEIGHT_BYTES = 24 << 20
 
 # The H200 (same compute capability, 1.4x the H100's bandwidth per SM), measured 2026-11-26 on an NVIDIA H200
-# (benchmarks/results/nvidia-h200/session15-2026-11-26/sweep-9f81850/sweep.md, the same kernel and rule). The
-# copy-engine plan is tuned on the H100; on the H200 our kernel wins on the 405B shapes but gate_up above 4
-# tokens, and ties or loses by a few percent on 70B qkv, so unmeasured shapes go to torch._scaled_mm at every M.
+# (benchmarks/results/nvidia-h200/session22-2026-11-26/sweep-*/sweep.md, two runs averaged, the same rule; the
+# kernel of 27786d0). The copy-engine plan is tuned on the H100; on the H200 our kernel wins the 405B shapes but
+# gate_up above 8 tokens, ties or loses 70B qkv and, above 8 tokens, 70B down, so unmeasured shapes go to
+# torch._scaled_mm at every M.
 #
 # Above 20 tokens the four 405B TP8 shapes go to torch._scaled_mm on the H200 although our kernel wins or ties them
 # alone: in the decode step our GEMMs were slower there, and together rather than one by one (session 18,
 # benchmarks/results/nvidia-h200/session18-2026-11-26/, benchmarks/decode_attribution.py --study swap: all four
 # on torch._scaled_mm 0.86 ms faster at batch 24 and 1.07 ms at 32, any one alone within -0.3 / +0.3 ms; at
 # batch 8 and 16 our GEMMs 0.33-0.73 ms faster). Between the measured 16 and 24, 20 goes with 16.
+_EVERY_M = frozenset(range(1, 33))
 _H200_STEP_TORCH_M = frozenset(range(21, 33))
 _H200_SLOWER_M = {
-    (2304, 16384): _H200_STEP_TORCH_M,                           # 405B qkv: 1.07-1.19x alone
-    (16384, 2048): _H200_STEP_TORCH_M,                           # 405B o: 0.99-1.13x alone (0.994x at 32)
-    (13312, 16384): frozenset(range(7, 33)),                     # 405B gate_up: 1.03-1.05x up to 4, 0.96-0.99x above
-    (16384, 6656): _H200_STEP_TORCH_M,                           # 405B down: 1.04-1.07x alone
-    (10240, 8192): frozenset((*range(1, 4), *range(7, 33))),     # 70B qkv: 0.98x at 1-2, 0.991x at 4, 0.95-0.99x above
-    (8192, 28672): frozenset(),                                  # 70B down: 0.995-1.02x
-    (6144, 4096): frozenset((1,)),                               # 8B qkv: 0.98x at 1, 1.01-1.06x above
-    (28672, 4096): frozenset(range(29, 33)),                     # 8B gate_up: 1.00-1.13x up to 24, 0.94x at 32
+    (2304, 16384): _H200_STEP_TORCH_M,                           # 405B qkv: 1.06-1.18x alone
+    (16384, 2048): _H200_STEP_TORCH_M,                           # 405B o: 1.10-1.15x alone
+    (13312, 16384): frozenset(range(13, 33)),                    # 405B gate_up: 1.02-1.13x up to 8, 0.95-0.98x above
+    (16384, 6656): _H200_STEP_TORCH_M,                           # 405B down: 1.02-1.07x alone
+    (10240, 8192): _EVERY_M,                                     # 70B qkv: 0.95-0.99x
+    (8192, 28672): frozenset(range(13, 33)),                     # 70B down: 0.99-1.00x up to 8, 0.98-0.99x above
+    (6144, 4096): frozenset(range(7, 13)),                       # 8B qkv: 0.99x at 8, 1.00-1.04x elsewhere
+    (28672, 4096): frozenset(range(21, 33)),                     # 8B gate_up: 1.03-1.06x up to 16, 0.90-0.95x above
 }
-_EVERY_M = frozenset(range(1, 33))
 
 
 @torch.compiler.assume_constant_result  # torch.compile calls it while tracing, not in the graph
