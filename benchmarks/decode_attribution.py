@@ -234,7 +234,8 @@ def time_ms(step: Callable, env: dict, kernel, args, device, states: Optional[ds
         if device.type != "cuda":
             return statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS))
         graph = ds.capture_graph(step)
-    return statistics.median(ds.replay_ms_in_state(graph, args.replays, states, state))
+    samples, _ = ds.replay_ms_in_state(graph, args.replays, states, state)
+    return statistics.median(samples)
 
 
 def kernel_label(name: str) -> str:

@@ -365,6 +365,9 @@ def test_decode_step_benchmark_smoke(kernel, device, tmp_path):
     states = {"fast", "slow"} if device == "cuda" else {"eager"}
     assert all(set(r["latency_ms"]) == states == set(r["idle_us"]) for r in results)
     assert all(s["median"] > 0 for r in results for s in r["latency_ms"].values())
+    # Each GPU timing keeps the state probe it ran after; a CPU one has none.
+    assert all(("probe_ms" in s) == (device == "cuda") for r in results for s in r["latency_ms"].values())
+    assert all(s.get("probe_ms", 1.0) > 0 for r in results for s in r["latency_ms"].values())
     assert all(r["rel_diff_vs_torch"] < 0.05 for r in results)
     table = (tmp_path / report.name.replace(".json", ".md")).read_text()
     assert all(f"| {b} | {state} |" in table for b in (2, 3) for state in states), table
@@ -375,6 +378,30 @@ def test_decode_step_benchmark_smoke(kernel, device, tmp_path):
         measurement = decode_step.measurement_of(record)
         assert measurement.latency_ms == record["latency_ms"]
         assert all(measurement.idle_us(state) == record["idle_us"][state] for state in states)
+
+
+def test_decode_step_fast_state_reached():
+    """The report trusts a fast-state timing only where its probe ran clearly faster than the slow-state one
+    (item 52: a setter does not always take hold); timings without probes (eager) are not judged."""
+    decode_step = benchmark_module("decode_step")
+
+    def latency(fast_probe, slow_probe):
+        return {"fast": {"median": 1.0, "probe_ms": fast_probe}, "slow": {"median": 1.1, "probe_ms": slow_probe}}
+
+    assert decode_step.fast_state_reached(latency(0.987, 1.166))
+    assert not decode_step.fast_state_reached(latency(1.160, 1.166))
+    assert not decode_step.fast_state_reached(latency(1.120, 1.166))  # 4% apart: within a probe's spread
+    assert decode_step.fast_state_reached({"eager": {"median": 1.0}})
+    # The report's rows give both builds' probes and name a build whose fast setter missed.
+    args = decode_step.parse_args(["--device", "cuda", "--batch", "8"])
+    breakdown = decode_step.Breakdown({c: 1.0 for c in decode_step.CATEGORIES},
+                                      {c: 1.0 for c in decode_step.CATEGORIES}, [])
+    results = [decode_step.Measurement("ours", 8, latency(0.99, 1.17), breakdown, 0.3, 0.3),
+               decode_step.Measurement("torch", 8, latency(1.16, 1.17), breakdown, 0.0, 0.3)]
+    env = {"device": {"name": "GPU"}, "torch": "2", "git_revision": "abc", "date": "today"}
+    table = decode_step.markdown(args, results, "title", env)
+    assert "| 8 | fast | 1.000 | 1.000 | 1.000x | 0.990 / 1.160 (torch: fast state not reached) |" in table, table
+    assert "| 8 | slow | 1.100 | 1.100 | 1.000x | 1.170 / 1.170 |" in table, table
 
 
 def test_decode_step_batch_children(kernel_cpu, tmp_path):
