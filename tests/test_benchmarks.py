@@ -225,3 +225,27 @@ def test_cpu_vs_eager_runs_a_case():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=offline_env())
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "layer rms_norm bf16 [8, 256]" in proc.stdout
+
+
+def test_routing_tables_follow_their_sweeps(kernel_cpu):
+    """routing.py's tables are what benchmarks/routing_table.py draws from the sweeps they cite (the H100 table
+    from session 15's run, the H200 table from session 22's two runs averaged), except the H200's 405B shapes
+    above 20 tokens, which follow the decode step's measurement instead (routing.py says why)."""
+    spec = importlib.util.spec_from_file_location("routing_table", BENCHMARKS / "routing_table.py")
+    routing_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(routing_table)
+    results = BENCHMARKS / "results"
+
+    def derived(*runs):
+        reports = [json.loads((results / run).read_text()) for run in runs]
+        return {shape: set(routing_table.routed_m(m)) for shape, m in routing_table.speedups(reports).items()}
+
+    routing = kernel_cpu.routing
+    h100 = derived("nvidia-h100/session15-2026-11-26/sweep-9f81850/sweep.json")
+    assert h100 == {shape: set(m) for shape, m in routing._SM90_SLOWER_M.items()}
+    h200 = derived("nvidia-h200/session22-2026-11-26/sweep-a-1c6381b/sweep.json",
+                   "nvidia-h200/session22-2026-11-26/sweep-b-1c6381b/sweep-from-log.json")
+    step_shapes = {(2304, 16384), (16384, 2048), (16384, 6656)}  # 405B qkv, o, down
+    for shape in step_shapes:
+        h200[shape] |= set(routing._H200_STEP_TORCH_M)
+    assert h200 == {shape: set(m) for shape, m in routing._H200_SLOWER_M.items()}

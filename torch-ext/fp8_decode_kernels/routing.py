@@ -3,7 +3,8 @@
 Users must never be slower with the package than without it. Where our kernel was measured slower than
 ``torch._scaled_mm`` (same process, CUDA graphs, weights rotated beyond L2; ``benchmarks/sweep.py --gemm-shapes
 targets``), the wrapper calls ``torch._scaled_mm`` for that (Hopper part, weight shape, M). Each table holds the
-measured shapes; other shapes follow a rule drawn from the same measurements. Architectures without a
+measured shapes, as ``benchmarks/routing_table.py`` draws them from the sweeps cited below (a test checks that
+they match); other shapes follow a rule drawn from the same measurements. Architectures without a
 measurement (pre-Hopper NVIDIA, ROCm) always run our kernel, as before.
 
 ``FP8DK_SKINNY_ROUTE=0`` runs our kernel everywhere (the benchmarks' "kernel alone").
@@ -35,8 +36,8 @@ _SM90_ALWAYS_OURS_M = 4
 _SM90_LARGE_WEIGHT_BYTES = 24 << 20
 
 # The H200 (same compute capability, 1.4x the H100's bandwidth per SM), measured 2026-11-26 on an NVIDIA H200
-# (benchmarks/results/nvidia-h200/session22-2026-11-26/sweep-*/sweep.md, two runs averaged, the same rule; the
-# kernel of 27786d0). The copy-engine plan is tuned on the H100; on the H200 our kernel wins the 405B shapes but
+# (benchmarks/results/nvidia-h200/session22-2026-11-26/sweep-a-1c6381b/ and sweep-b-1c6381b/, two runs averaged,
+# the same rule; the kernel of 27786d0). The copy-engine plan is tuned on the H100; on the H200 our kernel wins the 405B shapes but
 # gate_up above 8 tokens, ties or loses 70B qkv and, above 8 tokens, 70B down, so unmeasured shapes go to
 # torch._scaled_mm at every M.
 #
