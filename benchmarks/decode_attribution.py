@@ -40,7 +40,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -225,17 +225,18 @@ def with_tuning(gemm: Callable, env: dict, kernel) -> Callable:
     return tuned
 
 
-def time_ms(step: Callable, env: dict, kernel, args, device, states: Optional[ds.ProcessState], state: str) -> float:
+def time_ms(step: Callable, env: dict, kernel, args, device, states: Optional[ds.ProcessState],
+            state: str) -> Tuple[float, Optional[float]]:
     """Median step time: decode_step.py's CUDA-graph replays on a GPU (the graph captured under `env`, its
     replays timed in process state `state`, entered outside `env`: a PDL launch must stay one), eager steps on
-    CPU."""
+    CPU; and on a GPU the state probe's milliseconds (decode_step.ProcessState.probe_ms), else None."""
     with kernel.tuning_overrides(env):
         step()  # the torch build compiles its functions at the first call
         if device.type != "cuda":
-            return statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS))
+            return statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS)), None
         graph = ds.capture_graph(step)
-    samples, _ = ds.replay_ms_in_state(graph, args.replays, states, state)
-    return statistics.median(samples)
+    samples, probe = ds.replay_ms_in_state(graph, args.replays, states, state)
+    return statistics.median(samples), probe
 
 
 def kernel_label(name: str) -> str:
@@ -288,7 +289,9 @@ def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, b
     lines = [f"# Decode step attribution, {env['device']['name']}", "",
              f"torch {env['torch']}, git {env['git_revision']}, {env['date']}. Time of a step (or of a GEMM chain): "
              f"the median over the rounds of each round's median of {timing}. vs ours: the variant's step less our "
-             "build's; torch / variant: the torch build's step over the variant's.", ""]
+             "build's; torch / variant: the torch build's step over the variant's. In brackets, where taken: the "
+             "state probe before each round's replays (decode_step.py: a graph of 1000 one-element adds, about "
+             "1.0 ms fast and 1.19 ms slow on an H100).", ""]
     for batch in batches:
         rows = [r for r in results if r["batch"] == batch]
 
@@ -303,7 +306,8 @@ def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, b
             chain = " chain, " in variant
             delta = "" if chain else f"{ms - ours:+.3f}"
             speedup = "" if chain else f"{peer / ms:.3f}x"
-            samples = ", ".join(f"{r['ms']:.3f}" for r in rows if r["variant"] == variant)
+            samples = ", ".join(f"{r['ms']:.3f}" + ("" if r.get("probe_ms") is None else f" [{r['probe_ms']:.3f}]")
+                                for r in rows if r["variant"] == variant)
             lines.append(f"| {variant} | {ms:.3f} | {delta} | {speedup} | {samples} |")
         lines.append("")
         for key, table in timelines.items():
@@ -328,9 +332,10 @@ def main(argv=None) -> int:
         states = ds.ProcessState(setup, batch, args.kv_len, device) if device.type == "cuda" else None
         for round_ in range(own.rounds):
             for name, (step, env) in variants.items():
-                ms = time_ms(step, env, setup.kernel, args, device, states, own.state)
-                results.append({"batch": batch, "variant": name, "round": round_, "ms": ms})
-                print(f"batch {batch:3d} round {round_} {name:32s} {ms:9.3f} ms", flush=True)
+                ms, probe = time_ms(step, env, setup.kernel, args, device, states, own.state)
+                results.append({"batch": batch, "variant": name, "round": round_, "ms": ms, "probe_ms": probe})
+                print(f"batch {batch:3d} round {round_} {name:32s} {ms:9.3f} ms"
+                      + ("" if probe is None else f" (probe {probe:.3f} ms)"), flush=True)
         if "timeline" in own.study and device.type == "cuda":
             for path in ("ours", "torch"):
                 timelines[f"{path}, batch {batch}"] = timeline(variants[path][0], setup.shard.layers, states,

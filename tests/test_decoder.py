@@ -453,6 +453,7 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
                 "ours, no PDL", "ours, o, 2 stages"} | {f"ours, {g} on torch" for g in ("qkv", "o", "gate_up", "down")}
     assert expected <= variants
     assert all(r["ms"] > 0 for r in record["results"])
+    assert all((r["probe_ms"] is not None) == (device == "cuda") for r in record["results"])
     assert record["state"] == ("fast" if device == "cuda" else "eager")
     assert record["env_variants"]["o, 2 stages"] == {"o": {"FP8DK_SKINNY_TMA_STAGES": "2"}, "all": {"FP8DK_PDL": "0"}}
     if device == "cuda":
