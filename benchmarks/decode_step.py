@@ -398,6 +398,11 @@ def capture_graph(step: Callable[[], torch.Tensor]) -> torch.cuda.CUDAGraph:
 # between them differ. Which state a server is in depends on the eager work between its replays, so a fair
 # comparison times both builds in the same state: decode_step.py times every build in both.
 STATES = ("fast", "slow")
+# The state probe (ProcessState.probe_ms): a graph of PROBE_LAUNCHES one-element adds. A fast-state probe must be
+# this much shorter than the slow-state one for the fast figures to count as taken in the fast state (item 53:
+# 1.003-1.013 against 1.185-1.193 ms on an H100, 15% apart).
+PROBE_LAUNCHES = 1000
+FAST_PROBE_MAX_RATIO = 0.95
 
 
 def timing_states(args) -> tuple:
@@ -439,15 +444,9 @@ class ProcessState:
 
     def probe_ms(self) -> float:
         """Which state the process is in, read off a graph of PROBE_LAUNCHES one-element adds: the median of 3
-        replays, which leave the state as they found it (H100: about 0.99 ms fast, 1.17 ms slow; item 52). A
+        replays, which leave the state as they found it (H100: about 1.0 ms fast, 1.19 ms slow; item 53). A
         setter does not always take hold (item 52's second condition), so each timing keeps its probe."""
         return statistics.median(CudaGraphTimer.replay_ms(self.probe_graph, 3))
-
-
-PROBE_LAUNCHES = 1000
-# A fast-state probe must be this much shorter than the slow-state one for the fast figures to count as taken
-# in the fast state (item 52: 0.987 against 1.166 ms, 15% apart).
-FAST_PROBE_MAX_RATIO = 0.95
 
 
 def replay_ms_in_state(graph: torch.cuda.CUDAGraph, count: int, states: ProcessState,
