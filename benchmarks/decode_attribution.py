@@ -235,7 +235,7 @@ def time_ms(step: Callable, env: dict, kernel, args, device, states: Optional[ds
         if device.type != "cuda":
             return statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS)), None
         graph = ds.capture_graph(step)
-    samples, probe = ds.replay_ms_in_state(graph, args.replays, states, state)
+    samples, probe, _ = ds.replay_ms_in_state(graph, args.replays, states, state)
     return statistics.median(samples), probe
 
 
@@ -250,7 +250,7 @@ def kernel_label(name: str) -> str:
 def timeline(step: Callable, layers: int, states: ds.ProcessState, state: str) -> List[dict]:
     """layer_timeline of TIMELINE_REPLAYS graph replays of `step`, in `state`."""
     graph = ds.capture_graph(step)
-    states.enter(state)
+    states.enter_checked(state)
     ds.CudaGraphTimer.replay_ms(graph, ds.WARMUP_STEPS)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(TIMELINE_REPLAYS):

@@ -432,6 +432,8 @@ class ProcessState:
 
         self.probe_counter = torch.zeros(1, device=device)  # kept: the probe's replays write it
         self.probe_graph = capture_graph(lambda: [self.probe_counter.add_(1) for _ in range(PROBE_LAUNCHES)])
+        self.enter("slow")
+        self.slow_probe_ms = self.probe_ms()  # the reference a fast setter's probe is held against
 
     def enter(self, state: str) -> None:
         if state == "fast":
@@ -448,15 +450,35 @@ class ProcessState:
         setter does not always take hold (item 52's second condition), so each timing keeps its probe."""
         return statistics.median(CudaGraphTimer.replay_ms(self.probe_graph, 3))
 
+    def enter_checked(self, state: str) -> Tuple[float, int]:
+        """enter_with_probe with this process's setters, probe and slow-state reference."""
+        return enter_with_probe(self.enter, self.probe_ms, state, self.slow_probe_ms)
+
+
+# Setter launches tried before a fast-state timing goes ahead with a probe that says slow (item 53: in one run the
+# torch build's setter missed where ours, the next in the same process, took hold).
+SETTER_TRIES = 3
+
+
+def enter_with_probe(enter: Callable[[str], None], probe_ms: Callable[[], float], state: str,
+                     slow_probe_ms: float) -> Tuple[float, int]:
+    """enter(state), then the probe; for the fast state, again while the probe is not FAST_PROBE_MAX_RATIO of
+    the slow reference, up to SETTER_TRIES setters. Returns the last probe's milliseconds and the setters run."""
+    for tries in range(1, SETTER_TRIES + 1):
+        enter(state)
+        probe = probe_ms()
+        if state != "fast" or probe <= FAST_PROBE_MAX_RATIO * slow_probe_ms:
+            break
+    return probe, tries
+
 
 def replay_ms_in_state(graph: torch.cuda.CUDAGraph, count: int, states: ProcessState,
-                       state: str) -> Tuple[List[float], float]:
-    """Milliseconds of `count` timed replays of `graph` after `state`'s setter, the state probe and WARMUP_STEPS
-    replays; and the probe's milliseconds."""
-    states.enter(state)
-    probe = states.probe_ms()
+                       state: str) -> Tuple[List[float], float, int]:
+    """Milliseconds of `count` timed replays of `graph` after `state`'s setter (ProcessState.enter_checked), the
+    state probe and WARMUP_STEPS replays; the probe's milliseconds; and the setters run."""
+    probe, tries = states.enter_checked(state)
     CudaGraphTimer.replay_ms(graph, WARMUP_STEPS)
-    return CudaGraphTimer.replay_ms(graph, count), probe
+    return CudaGraphTimer.replay_ms(graph, count), probe, tries
 
 
 def fast_state_reached(latency_ms: Dict[str, Dict[str, float]]) -> bool:
@@ -583,8 +605,8 @@ def measure(model, caches, x: torch.Tensor, pos: int, args, device: torch.device
     if device.type == "cuda" and not args.no_graph:
         graph = capture_graph(step)
         for state in timing_states(args):
-            samples, probe = replay_ms_in_state(graph, args.replays, states, state)
-            latency[state] = {**summarize(samples), "probe_ms": probe}
+            samples, probe, tries = replay_ms_in_state(graph, args.replays, states, state)
+            latency[state] = {**summarize(samples), "probe_ms": probe, "setter_tries": tries}
     else:
         latency["eager"] = summarize(synced_ms(step, args.replays, device, WARMUP_STEPS))
     barrier()
@@ -790,10 +812,12 @@ def markdown(args, results: List[Measurement], title: str, env: dict) -> str:
     if states == STATES:
         lines += ["Step latency: median of "
                   f"{args.replays} {timing} of each build in each process state: fast after an eager PDL launch, "
-                  "slow after the model's attention (docs/experiments/README.md, items 51-52). Probe: what a graph "
-                  f"of {PROBE_LAUNCHES} one-element adds took right after the setter, ours / torch (ms); where a "
-                  f"build's fast probe is not {1 - FAST_PROBE_MAX_RATIO:.0%} below its slow one, the setter did not "
-                  "take hold and the row says so. Breakdown: "
+                  "slow after the model's attention (docs/experiments/README.md, items 51-53). Probe: what a graph "
+                  f"of {PROBE_LAUNCHES} one-element adds took right after the setter, ours / torch (ms). Where a fast "
+                  f"probe is not {1 - FAST_PROBE_MAX_RATIO:.0%} below the slow reference, the setter runs again, up "
+                  f"to {SETTER_TRIES} times, and the row says how many ran; where a build's fast probe is not "
+                  f"{1 - FAST_PROBE_MAX_RATIO:.0%} below its slow one, the row says the fast state was not reached. "
+                  "Breakdown: "
                   f"{work} per step (µs) of {args.profile_steps} profiled eager steps; idle = latency - {work}.", ""]
     else:
         lines += [f"Step latency: median of {args.replays} {timing}. Breakdown: {work} per step (µs) of "
@@ -808,9 +832,12 @@ def markdown(args, results: List[Measurement], title: str, env: dict) -> str:
             mine, theirs = ours.latency_ms[state], peer.latency_ms[state]
             probe = ""
             if probes:
-                missed = [m.path for m in (ours, peer) if state == "fast" and not fast_state_reached(m.latency_ms)]
+                notes = [f"{m.path}: {m.latency_ms[state]['setter_tries']} setters" for m in (ours, peer)
+                         if m.latency_ms[state].get("setter_tries", 1) > 1]
+                notes += [f"{m.path}: fast state not reached" for m in (ours, peer)
+                          if state == "fast" and not fast_state_reached(m.latency_ms)]
                 probe = (f" {mine['probe_ms']:.3f} / {theirs['probe_ms']:.3f}"
-                         + (f" ({', '.join(missed)}: fast state not reached)" if missed else "") + " |")
+                         + (f" ({'; '.join(notes)})" if notes else "") + " |")
             lines.append(f"| {batch} | {state} | {mine['median']:.3f} | {theirs['median']:.3f} | "
                          f"{theirs['median'] / mine['median']:.3f}x |{probe} "
                          f"{ours.rel_diff_vs_torch:.1e} | {ours.noise_floor:.1e} |")
