@@ -37,9 +37,9 @@ _SM90_LARGE_WEIGHT_BYTES = 24 << 20
 
 # The H200 (same compute capability, 1.4x the H100's bandwidth per SM), measured 2026-11-26 on an NVIDIA H200
 # (benchmarks/results/nvidia-h200/session22-2026-11-26/sweep-a-1c6381b/ and sweep-b-1c6381b/, two runs averaged,
-# the same rule; the kernel of 27786d0). The copy-engine plan is tuned on the H100; on the H200 our kernel wins the 405B shapes but
-# gate_up above 8 tokens, ties or loses 70B qkv and, above 8 tokens, 70B down, so unmeasured shapes go to
-# torch._scaled_mm at every M.
+# the same rule; the kernel of 27786d0; ranges: the slower output dtype's). The copy-engine plan is tuned on the
+# H100; on the H200 our kernel wins the 405B shapes but gate_up above 8 tokens, and ties or loses 70B qkv and,
+# above 8 tokens, 70B down, so unmeasured shapes go to torch._scaled_mm at every M.
 #
 # Above 20 tokens the four 405B TP8 shapes go to torch._scaled_mm on the H200 although our kernel wins or ties them
 # alone: in the decode step our GEMMs were slower there, and together rather than one by one (session 18,
@@ -49,14 +49,14 @@ _SM90_LARGE_WEIGHT_BYTES = 24 << 20
 _EVERY_M = frozenset(range(1, 33))
 _H200_STEP_TORCH_M = frozenset(range(21, 33))
 _H200_SLOWER_M = {
-    (2304, 16384): _H200_STEP_TORCH_M,                           # 405B qkv: 1.06-1.18x alone
+    (2304, 16384): _H200_STEP_TORCH_M,                           # 405B qkv: 1.06-1.19x alone
     (16384, 2048): _H200_STEP_TORCH_M,                           # 405B o: 1.10-1.15x alone
-    (13312, 16384): frozenset(range(13, 33)),                    # 405B gate_up: 1.02-1.13x up to 8, 0.95-0.98x above
-    (16384, 6656): _H200_STEP_TORCH_M,                           # 405B down: 1.02-1.07x alone
+    (13312, 16384): frozenset(range(13, 33)),                    # 405B gate_up: 1.00-1.08x to 8, 0.95-0.99x above
+    (16384, 6656): _H200_STEP_TORCH_M,                           # 405B down: 1.04-1.07x alone
     (10240, 8192): _EVERY_M,                                     # 70B qkv: 0.95-0.99x
-    (8192, 28672): frozenset(range(13, 33)),                     # 70B down: 0.99-1.00x up to 8, 0.98-0.99x above
+    (8192, 28672): frozenset(range(13, 33)),                     # 70B down: 0.994-0.999x up to 8, 0.98-0.99x above
     (6144, 4096): frozenset(range(7, 13)),                       # 8B qkv: 0.99x at 8, 1.00-1.04x elsewhere
-    (28672, 4096): frozenset(range(21, 33)),                     # 8B gate_up: 1.03-1.06x up to 16, 0.90-0.95x above
+    (28672, 4096): frozenset(range(21, 33)),                     # 8B gate_up: 1.03-1.05x up to 16, 0.93-0.95x above
 }
 
 
