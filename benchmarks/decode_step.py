@@ -403,6 +403,9 @@ STATES = ("fast", "slow")
 # 1.003-1.013 against 1.185-1.193 ms on an H100, 15% apart).
 PROBE_LAUNCHES = 1000
 FAST_PROBE_MAX_RATIO = 0.95
+# Setter launches tried before a fast-state timing goes ahead with a probe that says slow (item 53: in one run the
+# torch build's setter missed where ours, the next in the same process, took hold).
+SETTER_TRIES = 3
 
 
 def timing_states(args) -> tuple:
@@ -455,15 +458,11 @@ class ProcessState:
         return enter_with_probe(self.enter, self.probe_ms, state, self.slow_probe_ms)
 
 
-# Setter launches tried before a fast-state timing goes ahead with a probe that says slow (item 53: in one run the
-# torch build's setter missed where ours, the next in the same process, took hold).
-SETTER_TRIES = 3
-
-
 def enter_with_probe(enter: Callable[[str], None], probe_ms: Callable[[], float], state: str,
                      slow_probe_ms: float) -> Tuple[float, int]:
-    """enter(state), then the probe; for the fast state, again while the probe is not FAST_PROBE_MAX_RATIO of
-    the slow reference, up to SETTER_TRIES setters. Returns the last probe's milliseconds and the setters run."""
+    """enter(state), then the probe; for the fast state, again while the probe is above FAST_PROBE_MAX_RATIO
+    times the slow reference, up to SETTER_TRIES setters in all. Returns the last probe's milliseconds and the
+    setters run."""
     for tries in range(1, SETTER_TRIES + 1):
         enter(state)
         probe = probe_ms()
