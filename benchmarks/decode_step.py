@@ -804,11 +804,12 @@ def run_check(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> bool:
 def markdown(args, results: List[Measurement], title: str, env: dict) -> str:
     by_key = {(m.path, m.batch): m for m in results}
     states = timing_states(args)
+    probes = states == STATES  # both states timed, each after its setter and the probe
     timing = "CUDA-graph replays" if args.device == "cuda" and not args.no_graph else "eager steps"
     work = "kernel time" if args.device == "cuda" else "op time"
     lines = [f"# {title}", "",
              f"{env['device']['name']}, torch {env['torch']}, git {env['git_revision']}, {env['date']}.", ""]
-    if states == STATES:
+    if probes:
         lines += ["Step latency: median of "
                   f"{args.replays} {timing} of each build in each process state: fast after an eager PDL launch, "
                   "slow after the model's attention (docs/experiments/README.md, items 51-53). Probe: what a graph "
@@ -821,7 +822,6 @@ def markdown(args, results: List[Measurement], title: str, env: dict) -> str:
     else:
         lines += [f"Step latency: median of {args.replays} {timing}. Breakdown: {work} per step (µs) of "
                   f"{args.profile_steps} profiled eager steps; idle = latency - {work}.", ""]
-    probes = states == STATES
     lines += ["| batch | state | ours (ms) | torch (ms) | speedup |" + (" probe (ms) |" if probes else "")
               + " ours vs torch rel. error | noise floor |",
               "|---:|---|---:|---:|---:|" + ("---|" if probes else "") + "---:|---:|"]
