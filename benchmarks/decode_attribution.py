@@ -31,7 +31,8 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
 Every graph is timed in one process state, --state (default fast; decode_step.py's STATES): the same graph's
 launch gaps depend on what the process launched eagerly before it. In one process the fast state stopped taking
 hold after the first batch size's graphs (docs/experiments/README.md, item 52): run one batch size per process
-when the fast state's numbers matter, and check them against decode_step.py's.
+when the fast state's numbers matter, read each round's state probe (a missed setter is retried up to 3 times,
+item 53), and check them against decode_step.py's.
 Written to --out (default benchmarks/results/<device>/decode-attribution/) as JSON and Markdown.
 """
 

@@ -706,9 +706,9 @@ def run_benchmark(args, setup: Setup, dist_ctx: Dist, device: torch.device) -> L
 def batch_processes(args, dist_ctx: Dist) -> bool:
     """Whether each batch size runs in a child process of its own: CUDA-graph timing on one rank, unless
     --one-process. In one process, the fast state stopped taking hold after the first batch size's graphs (H100:
-    the same numbers in both states at batch 8 and 32 in three runs; items 51-52); in a fresh process it takes
-    hold every time, and no earlier batch size's profiler session slows the replays. Under torchrun every rank
-    times its batches in its own process."""
+    the same numbers in both states at batch 8 and 32 in three runs; items 51-52); in a fresh process it took hold
+    in all but one of many tries (item 53, which the setter retries and the probe cover), and no earlier batch
+    size's profiler session slows the replays. Under torchrun every rank times its batches in its own process."""
     return (args.device == "cuda" and not args.no_graph and not args.one_process and dist_ctx.world == 1
             and len(args.batch) > 1)
 
