@@ -123,6 +123,14 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   const bool tile_per_sm = about_one_per_sm(sm_tiles);
   const bool whole_tiles = p.nt >= 2 && tile_per_sm;
   const bool small = static_cast<long long>(n) * k * elem_bytes < 2LL * kTmaMinWeightBytesPerCta * sms;
+  // At 8 tokens or fewer, a problem that is not small and whose 128-row tiles leave SMs idle but whose 64-row
+  // tiles cover them (405B gate_up: 104 tiles or 208; 70B qkv: 80 or 160; 70B down: 64 or 128) takes 64-row
+  // tiles in stages of 8 boxes: the tiles then outnumber the CTAs (or come out at one per SM), so each CTA ends
+  // its run on a whole tile of its own, and a stage still carries 1 KB of each weight row (64 KB, as 4 boxes of
+  // 128 rows did). Measured on an H100 (benchmarks/results/nvidia-h100/session23-2026-11-26/tune/): 405B
+  // gate_up at 1-8 tokens 3.0-3.7 us faster alone and after a quantization (100-102% of the copy bandwidth, from
+  // 95-98%); 64-row tiles in stages of 4 boxes gained 1-2.4 us.
+  const bool half_tiles_cover = !small && !tile_per_sm && sm_tiles < sms && 20LL * sm_tiles >= 9LL * sms;
   p.qgmma = ocp_e4m3 && (o.qgmma >= 0 ? o.qgmma == 1 : p.nt >= 2) ? 1 : 0;
   int default_wk, default_rb, default_boxes;
   if (p.qgmma) {
@@ -137,9 +145,12 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     // straddled tiles.
     default_boxes = whole_tiles ? 2 : 4;
   } else {
-    default_wk = whole_tiles ? 2 : p.nt == 1 ? (small && !tile_per_sm ? 2 : 1) : p.nt == 2 ? 2 : 4;
+    const bool wk2_at_few_tokens = (small && !tile_per_sm) || half_tiles_cover;
+    default_wk = whole_tiles ? 2 : p.nt == 1 ? (wk2_at_few_tokens ? 2 : 1) : p.nt == 2 ? 2 : 4;
     default_rb = whole_tiles || p.nt >= 3 ? 2 : 1;
-    default_boxes = whole_tiles ? 2 : p.nt == 2 ? 8 : 4;
+    // (unless a forced wk of 1 makes them 128-row tiles, whose 8-box stages would not fit twice)
+    const bool eight_box_stages = p.nt == 1 && half_tiles_cover && (o.wk ? o.wk : default_wk) == 2;
+    default_boxes = whole_tiles ? 2 : p.nt == 2 || eight_box_stages ? 8 : 4;
   }
   p.rb = o.rb ? o.rb : default_rb;
   p.wk = o.wk ? o.wk : default_wk;

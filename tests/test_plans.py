@@ -181,17 +181,17 @@ def test_balanced_stream_k_and_whole_tiles_above_8_tokens(nvidia_planner):
 
 def test_tile_aligned_grid(nvidia_planner):
     """Fewer tiles than SMs, short runs: 405B qkv (36 tiles of 64 rows) on 36 x 3 = 108 CTAs, each streaming
-    within one tile, and with 128-row tiles (forced) on 18 x 7 = 126; 70B qkv (80 tiles of 128 rows at 8 tokens
-    or fewer) keeps every SM, since 80 x 1 would idle 40% of them, and so does 70B down (64 tiles, 27 units a
-    CTA: long runs)."""
+    within one tile, and with 128-row tiles (forced) on 18 x 7 = 126; 70B qkv and down with 128-row tiles
+    (forced; 80 and 64 tiles at 8 tokens or fewer) keep every SM, since 80 x 1 would idle 40% of them and 70B
+    down's runs (27 units a CTA) are long."""
     for m in (1, 8, 16, 24, 32):
         p = plan_one(nvidia_planner, H100, m, 2304, 16384)
         assert (p["tiles"], p["ctas"], p["dp_rounds"]) == (36, 108, 0), p
     for m in (1, 8):
         p = plan_one(nvidia_planner, H100, m, 2304, 16384, tma_wk=1)
         assert (p["tiles"], p["ctas"]) == (18, 126), p
-        assert plan_one(nvidia_planner, H100, m, 10240, 8192)["ctas"] == 132
-        assert plan_one(nvidia_planner, H100, m, 8192, 28672)["ctas"] == 132
+        assert plan_one(nvidia_planner, H100, m, 10240, 8192, tma_wk=1)["ctas"] == 132
+        assert plan_one(nvidia_planner, H100, m, 8192, 28672, tma_wk=1)["ctas"] == 132
 
 
 def test_small_problems_stream_at_least_256_kib_a_cta(nvidia_planner):
@@ -206,14 +206,18 @@ def test_small_problems_stream_at_least_256_kib_a_cta(nvidia_planner):
         assert (p["ctas"], p["tiles"], p["dp_rounds"]) == (96, 48, 0), p
 
 
-def test_small_problems_take_64_row_tiles_at_few_tokens(nvidia_planner):
-    """At 8 tokens or fewer mma.sync takes 64-row tiles (2 warp columns) for small problems (405B and 8B qkv),
-    128-row tiles where those come out at one per SM (405B o) or the problem is not small (70B qkv, gate_up)."""
+def test_64_row_tiles_at_few_tokens(nvidia_planner):
+    """At 8 tokens or fewer mma.sync takes 64-row tiles (2 warp columns) for small problems (405B and 8B qkv:
+    stages of 4 boxes) and where 128-row tiles leave SMs idle and 64-row tiles cover them (405B gate_up, 70B qkv
+    and down: stages of 8 boxes, and every CTA ends on a whole tile of its own); 128-row tiles in stages of 4
+    boxes where those come out at one per SM (405B o and down) or outnumber the SMs (8B gate_up)."""
     for m in (1, 8):
-        for (n, k), wk in {(2304, 16384): 2, (6144, 4096): 2, (16384, 2048): 1, (10240, 8192): 1,
-                           (13312, 16384): 1}.items():
+        for (n, k), (wk, boxes) in {(2304, 16384): (2, 4), (6144, 4096): (2, 4), (16384, 2048): (1, 4),
+                                    (16384, 6656): (1, 4), (28672, 4096): (1, 4), (10240, 8192): (2, 8),
+                                    (13312, 16384): (2, 8), (8192, 28672): (2, 8)}.items():
             p = plan_one(nvidia_planner, H100, m, n, k)
-            assert (p["qgmma"], p["wk"], p["block_n"]) == (0, wk, 128 // wk), (m, n, k, p)
+            assert (p["qgmma"], p["wk"], p["block_n"], p["boxes"]) == (0, wk, 128 // wk, boxes), (m, n, k, p)
+            assert p["dp_rounds"] >= 1 or wk == 2 and boxes == 4, (m, n, k, p)
 
 
 def test_wgmma_stage_depth(nvidia_planner):

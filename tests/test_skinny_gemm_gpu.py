@@ -372,10 +372,12 @@ def test_overrides_read_once_per_process(kernel):
 
 
 @pytest.mark.parametrize("split", (None, "heuristic", "4", "13"))
-@pytest.mark.parametrize("m,n,k", [(1, 2304, 16384), (8, 2304, 16384), (32, 2304, 16384), (5, 17, 1000)])
+@pytest.mark.parametrize("m,n,k", [(1, 2304, 16384), (8, 2304, 16384), (32, 2304, 16384), (4, 13312, 16384),
+                                   (5, 17, 1000)])
 def test_deterministic(kernel, monkeypatch, m, n, k, split):
-    """Ten runs are bitwise identical: the default stream-K grid, the split grid with the heuristic's split,
-    and split-K forced on (4: a cluster on sm_90+, 13: the workspace and counters)."""
+    """Ten runs are bitwise identical: the default stream-K grid (405B gate_up at 4 tokens: shared 64-row tiles,
+    then whole ones), the split grid with the heuristic's split, and split-K forced on (4: a cluster on sm_90+,
+    13: the workspace and counters)."""
     if split == "heuristic":
         monkeypatch.setenv("FP8DK_SKINNY_STREAM_K", "0")
     elif split is not None:
