@@ -127,9 +127,10 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // tiles cover them (405B gate_up: 104 tiles or 208; 70B qkv: 80 or 160; 70B down: 64 or 128) takes 64-row
   // tiles in stages of 8 boxes: the tiles then outnumber the CTAs (or come out at one per SM), so each CTA ends
   // its run on a whole tile of its own, and a stage still carries 1 KB of each weight row (64 KB, as 4 boxes of
-  // 128 rows did). Measured on an H100 (benchmarks/results/nvidia-h100/session23-2026-11-26/tune/): 405B
-  // gate_up at 1-8 tokens 3.0-3.7 us faster alone and after a quantization (100-102% of the copy bandwidth, from
-  // 95-98%); 64-row tiles in stages of 4 boxes gained 1-2.4 us.
+  // 128 rows did). Measured on an H100 (benchmarks/results/nvidia-h100/session23-2026-11-26/tune/, sweep-*/):
+  // 405B gate_up at 1-8 tokens 2.7-3.1 us faster alone and after a quantization (98-102% of the copy bandwidth,
+  // from 95-98%; 64-row tiles in stages of 4 boxes gained 0.9-2.3 us), and the decode step 0.36 / 0.46 ms faster
+  // at batch 1 / 8; 70B down 0.8-2.4 us faster; 70B qkv level (within 0.35 us; 0.5% slower in the sweep).
   const bool half_tiles_cover = !small && !tile_per_sm && sm_tiles < sms && 20LL * sm_tiles >= 9LL * sms;
   p.qgmma = ocp_e4m3 && (o.qgmma >= 0 ? o.qgmma == 1 : p.nt >= 2) ? 1 : 0;
   int default_wk, default_rb, default_boxes;
