@@ -41,7 +41,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -227,17 +227,20 @@ def with_tuning(gemm: Callable, env: dict, kernel) -> Callable:
 
 
 def time_ms(step: Callable, env: dict, kernel, args, device, states: Optional[ds.ProcessState],
-            state: str) -> Tuple[float, Optional[float]]:
-    """Median step time: decode_step.py's CUDA-graph replays on a GPU (the graph captured under `env`, its
+            state: str) -> dict:
+    """Median step time ("ms"): decode_step.py's CUDA-graph replays on a GPU (the graph captured under `env`, its
     replays timed in process state `state`, entered outside `env`: a PDL launch must stay one), eager steps on
-    CPU; and on a GPU the state probe's milliseconds (decode_step.ProcessState.probe_ms), else None."""
+    CPU. On a GPU also the state probe's milliseconds, the setters run and whether the probe showed the state
+    (decode_step.enter_with_probe); None on CPU."""
     with kernel.tuning_overrides(env):
         step()  # the torch build compiles its functions at the first call
         if device.type != "cuda":
-            return statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS)), None
+            ms = statistics.median(ds.synced_ms(step, args.replays, device, ds.WARMUP_STEPS))
+            return {"ms": ms, "probe_ms": None, "setter_tries": None, "state_reached": None}
         graph = ds.capture_graph(step)
-    samples, probe, _ = ds.replay_ms_in_state(graph, args.replays, states, state)
-    return statistics.median(samples), probe
+    samples, probe, tries = ds.replay_ms_in_state(graph, args.replays, states, state)
+    return {"ms": statistics.median(samples), "probe_ms": probe, "setter_tries": tries,
+            "state_reached": ds.probe_shows(state, probe, states.slow_probe_ms)}
 
 
 def kernel_label(name: str) -> str:
@@ -292,12 +295,23 @@ def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, b
              f"the median over the rounds of each round's median of {timing}. vs ours: the variant's step less our "
              "build's; torch / variant: the torch build's step over the variant's. In brackets, where taken: the "
              "state probe before each round's replays (decode_step.py: a graph of 1000 one-element adds, about "
-             "1.0 ms fast and 1.19 ms slow on an H100).", ""]
+             "1.0 ms fast and 1.19 ms slow on an H100). A probe marked * did not show the state after "
+             f"{ds.SETTER_TRIES} setters (docs/experiments/README.md, items 52-54); such rounds are left out of a "
+             "variant's median where it has a round that did, and a variant with none says so.", ""]
     for batch in batches:
         rows = [r for r in results if r["batch"] == batch]
 
+        def rounds_of(variant):
+            rounds = [r for r in rows if r["variant"] == variant]
+            return [r for r in rounds if r.get("state_reached") is not False] or rounds
+
         def median_of(variant):
-            return statistics.median(r["ms"] for r in rows if r["variant"] == variant)
+            return statistics.median(r["ms"] for r in rounds_of(variant))
+
+        def sample(r):
+            if r.get("probe_ms") is None:
+                return f"{r['ms']:.3f}"
+            return f"{r['ms']:.3f} [{r['probe_ms']:.3f}{'*' if r.get('state_reached') is False else ''}]"
 
         ours, peer = median_of("ours"), median_of("torch")
         lines += [f"## batch {batch}", "", "| variant | ms | vs ours (ms) | torch / variant | rounds (ms) |",
@@ -307,9 +321,10 @@ def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, b
             chain = " chain, " in variant
             delta = "" if chain else f"{ms - ours:+.3f}"
             speedup = "" if chain else f"{peer / ms:.3f}x"
-            samples = ", ".join(f"{r['ms']:.3f}" + ("" if r.get("probe_ms") is None else f" [{r['probe_ms']:.3f}]")
-                                for r in rows if r["variant"] == variant)
-            lines.append(f"| {variant} | {ms:.3f} | {delta} | {speedup} | {samples} |")
+            samples = ", ".join(sample(r) for r in rows if r["variant"] == variant)
+            missed = all(r.get("state_reached") is False for r in rounds_of(variant))
+            label = f"{variant} (state not reached)" if missed else variant
+            lines.append(f"| {label} | {ms:.3f} | {delta} | {speedup} | {samples} |")
         lines.append("")
         for key, table in timelines.items():
             if key.endswith(f"batch {batch}"):
@@ -333,10 +348,12 @@ def main(argv=None) -> int:
         states = ds.ProcessState(setup, batch, args.kv_len, device) if device.type == "cuda" else None
         for round_ in range(own.rounds):
             for name, (step, env) in variants.items():
-                ms, probe = time_ms(step, env, setup.kernel, args, device, states, own.state)
-                results.append({"batch": batch, "variant": name, "round": round_, "ms": ms, "probe_ms": probe})
-                print(f"batch {batch:3d} round {round_} {name:32s} {ms:9.3f} ms"
-                      + ("" if probe is None else f" (probe {probe:.3f} ms)"), flush=True)
+                timing = time_ms(step, env, setup.kernel, args, device, states, own.state)
+                results.append({"batch": batch, "variant": name, "round": round_, **timing})
+                probe = "" if timing["probe_ms"] is None else (
+                    f" (probe {timing['probe_ms']:.3f} ms, {timing['setter_tries']} setters"
+                    + ("" if timing["state_reached"] else f", {own.state} state not reached") + ")")
+                print(f"batch {batch:3d} round {round_} {name:32s} {timing['ms']:9.3f} ms{probe}", flush=True)
         if "timeline" in own.study and device.type == "cuda":
             for path in ("ours", "torch"):
                 timelines[f"{path}, batch {batch}"] = timeline(variants[path][0], setup.shard.layers, states,

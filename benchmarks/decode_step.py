@@ -466,9 +466,15 @@ def enter_with_probe(enter: Callable[[str], None], probe_ms: Callable[[], float]
     for tries in range(1, SETTER_TRIES + 1):
         enter(state)
         probe = probe_ms()
-        if state != "fast" or probe <= FAST_PROBE_MAX_RATIO * slow_probe_ms:
+        if probe_shows(state, probe, slow_probe_ms):
             break
     return probe, tries
+
+
+def probe_shows(state: str, probe_ms: float, slow_probe_ms: float) -> bool:
+    """Whether a probe read right after `state`'s setter shows that state: for the fast state, at most
+    FAST_PROBE_MAX_RATIO times the slow reference; the slow state is what a missed setter leaves, so any probe."""
+    return state != "fast" or probe_ms <= FAST_PROBE_MAX_RATIO * slow_probe_ms
 
 
 def replay_ms_in_state(graph: torch.cuda.CUDAGraph, count: int, states: ProcessState,

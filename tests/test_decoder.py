@@ -523,3 +523,24 @@ def test_decode_attribution_layer_timeline():
     assert [r["start"] for r in rows] == pytest.approx([0.0, 1.0, 10.5])
     assert [r["duration"] for r in rows] == pytest.approx([3.0, 9.0, 1.0])
     assert [r["gap"] for r in rows] == pytest.approx([0.5, -2.0, 0.5])
+
+
+def test_decode_attribution_rounds_out_of_state():
+    """A round whose probe did not show the state is marked and left out of its variant's median where the variant
+    has a round that did; a variant with none says so (items 52-54: in one process the fast setter stopped taking
+    hold after three graphs)."""
+    module = benchmark_module("decode_attribution")
+
+    def result(variant, round_, ms, reached):
+        return {"batch": 1, "variant": variant, "round": round_, "ms": ms, "probe_ms": 1.0 if reached else 1.17,
+                "setter_tries": 1 if reached else 3, "state_reached": reached}
+    results = [result("ours", 0, 23.0, True), result("torch", 0, 25.0, True), result("ours, x", 0, 23.5, False),
+               result("ours", 1, 23.6, False), result("torch", 1, 26.4, False), result("ours, x", 1, 23.6, False)]
+    env = {"device": {"name": "GPU"}, "torch": "2", "git_revision": "abc", "date": "today"}
+    table = module.markdown(results, {}, env, [1], "replays")
+    assert "| ours | 23.000 | +0.000 | 1.087x | 23.000 [1.000], 23.600 [1.170*] |" in table, table
+    assert "| torch | 25.000 | +2.000 | 1.000x | 25.000 [1.000], 26.400 [1.170*] |" in table, table
+    assert "| ours, x (state not reached) | 23.550 | +0.550 | 1.062x |" in table, table
+    # On CPU there is no probe: every round counts.
+    cpu = [{**r, "probe_ms": None, "setter_tries": None, "state_reached": None} for r in results]
+    assert "| ours | 23.300 | +0.000 |" in module.markdown(cpu, {}, env, [1], "eager steps")
