@@ -229,8 +229,9 @@ def test_cpu_vs_eager_runs_a_case():
 
 def test_routing_tables_follow_their_sweeps(kernel_cpu):
     """routing.py's tables are what benchmarks/routing_table.py draws from the sweeps they cite (the H100 table
-    from session 15's run, the H200 table from session 22's two runs averaged), except the H200's 405B shapes
-    above 20 tokens, which follow the decode step's measurement instead (routing.py says why)."""
+    from session 23's three runs, the H200 table from session 22's two runs averaged, and the rows of the shapes
+    whose tiling session 23 changed from that session's two), except the H200's 405B shapes above 20 tokens,
+    which follow the decode step's measurement instead (routing.py says why)."""
     spec = importlib.util.spec_from_file_location("routing_table", BENCHMARKS / "routing_table.py")
     routing_table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(routing_table)
@@ -241,10 +242,14 @@ def test_routing_tables_follow_their_sweeps(kernel_cpu):
         return {shape: set(routing_table.routed_m(m)) for shape, m in routing_table.speedups(reports).items()}
 
     routing = kernel_cpu.routing
-    h100 = derived("nvidia-h100/session15-2026-11-26/sweep-9f81850/sweep.json")
+    h100 = derived(*(f"nvidia-h100/session23-2026-11-26/sweep-targets-1af49a8-{run}/sweep.json" for run in "abc"))
     assert h100 == {shape: set(m) for shape, m in routing._SM90_SLOWER_M.items()}
     h200 = derived("nvidia-h200/session22-2026-11-26/sweep-a-1c6381b/sweep.json",
                    "nvidia-h200/session22-2026-11-26/sweep-b-1c6381b/sweep-from-log.json")
+    replanned = {(13312, 16384), (10240, 8192), (8192, 28672)}  # 405B gate_up, 70B qkv and down at M <= 8
+    h200 |= {shape: m for shape, m in derived("nvidia-h200/session23-2026-11-26/sweep-a-31c8fa5/sweep.json",
+                                              "nvidia-h200/session23-2026-11-26/sweep-b-31c8fa5/sweep.json").items()
+             if shape in replanned}
     step_shapes = {(2304, 16384), (16384, 2048), (16384, 6656)}  # 405B qkv, o, down
     for shape in step_shapes:
         h200[shape] |= set(routing._H200_STEP_TORCH_M)
