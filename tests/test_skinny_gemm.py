@@ -261,10 +261,10 @@ def test_routing_lookup_traces_with_a_symbolic_token_count(kernel_cpu):
             assert torch.equal(compiled(x), decisions(x)), m
     finally:
         torch._dynamo.reset()
-    # And what the tables say: the H200 hands 405B gate_up to torch._scaled_mm above 6 tokens and 405B's other
+    # And what the tables say: the H200 hands 405B gate_up to torch._scaled_mm above 12 tokens and 405B's other
     # GEMMs above 20 (the decode step's measurement); the H100 an unmeasured shape under 24 MiB above 4 tokens,
     # one of 24 MiB or more never.
-    assert [routing._scaled_mm_faster("h200", m, 13312, 16384, 1) for m in (6, 7)] == [False, True]
+    assert [routing._scaled_mm_faster("h200", m, 13312, 16384, 1) for m in (12, 13)] == [False, True]
     for n, k in ((2304, 16384), (16384, 2048), (16384, 6656)):
         assert [routing._scaled_mm_faster("h200", m, n, k, 1) for m in (20, 21)] == [False, True]
     assert [routing._scaled_mm_faster("h100", m, 4096, 4096, 1) for m in (4, 5)] == [False, True]

@@ -49,12 +49,18 @@ _SM90_LARGE_WEIGHT_BYTES = 24 << 20
 # benchmarks/results/nvidia-h200/session18-2026-11-26/, benchmarks/decode_attribution.py --study swap: all four
 # on torch._scaled_mm 0.86 ms faster at batch 24 and 1.07 ms at 32, any one alone within -0.3 / +0.3 ms; at
 # batch 8 and 16 our GEMMs 0.33-0.73 ms faster). Between the measured 16 and 24, 20 goes with 16.
+#
+# 405B gate_up from 7 to 12 tokens stays on our kernel although torch._scaled_mm ran it 1-2% faster alone at 8:
+# in the decode step at batch 8, handing it to torch._scaled_mm was 0.50 ms slower (session 23,
+# benchmarks/results/nvidia-h200/session23-2026-11-26/attribution-b8/, both in the slow process state: 4 us a layer,
+# against the 1 us it gains alone; a cuBLAS kernel between two of ours breaks both programmatic hand-offs).
 _EVERY_M = frozenset(range(1, 33))
 _H200_STEP_TORCH_M = frozenset(range(21, 33))
+_H200_GATE_UP_STEP_OURS_M = frozenset(range(7, 13))
 _H200_SLOWER_M = {
     (2304, 16384): _H200_STEP_TORCH_M,                           # 405B qkv: 1.06-1.19x alone
     (16384, 2048): _H200_STEP_TORCH_M,                           # 405B o: 1.10-1.15x alone
-    (13312, 16384): frozenset(range(7, 33)),                     # 405B gate_up: 1.06x to 4, 0.91-0.99x from 8
+    (13312, 16384): frozenset(range(7, 33)) - _H200_GATE_UP_STEP_OURS_M,  # 405B gate_up: 1.06x to 4, 0.91-0.99x from 8
     (16384, 6656): _H200_STEP_TORCH_M,                           # 405B down: 1.04-1.07x alone
     (10240, 8192): _EVERY_M,                                     # 70B qkv: 0.92-0.96x
     (8192, 28672): frozenset(range(13, 33)),                     # 70B down: 1.03x up to 8, 0.96-0.98x above
