@@ -149,7 +149,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     const bool wk2_at_few_tokens = (small && !tile_per_sm) || half_tiles_cover;
     default_wk = whole_tiles ? 2 : p.nt == 1 ? (wk2_at_few_tokens ? 2 : 1) : p.nt == 2 ? 2 : 4;
     default_rb = whole_tiles || p.nt >= 3 ? 2 : 1;
-    // (unless a forced wk of 1 makes them 128-row tiles, whose 8-box stages would not fit twice)
+    // 8 boxes on the 64-row tiles only: a forced wk of 1 makes 128-row tiles, whose 8-box stages would not fit twice.
     const bool eight_box_stages = p.nt == 1 && half_tiles_cover && (o.wk ? o.wk : default_wk) == 2;
     default_boxes = whole_tiles ? 2 : p.nt == 2 || eight_box_stages ? 8 : 4;
   }
