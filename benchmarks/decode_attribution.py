@@ -6,7 +6,7 @@ profiles eager steps without PDL, which gives each kernel its own duration but n
     python benchmarks/decode_attribution.py                         # 405B TP8 shard, batch 1 and 32, all but env
     python benchmarks/decode_attribution.py --study swap skip --batch 32
     python benchmarks/decode_attribution.py --study env --env "128 CTAs:FP8DK_SKINNY_TMA_CTAS=128" \\
-        --env "o stream-K:o:FP8DK_SKINNY_TMA_WHOLE_TILES=0"
+        --env "o stream-K:o:FP8DK_SKINNY_TMA_WHOLE_TILES=0" --processes timing
     python benchmarks/decode_attribution.py --device cpu --layers 1 --hidden 256 --heads 16 --kv-heads 8 \\
         --head-dim 32 --intermediate 1024 --kv-len 16 --batch 2 --replays 3 --no-compile    # CPU smoke
 
@@ -29,19 +29,23 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
             of a few graph replays (torch.profiler's CUDA activity records the kernels of graph launches; a
             kernel launched with PDL starts before its predecessor ends and waits: its duration includes that)
 Every graph is timed in one process state, --state (default fast; decode_step.py's STATES): the same graph's
-launch gaps depend on what the process launched eagerly before it. In one process the fast state stopped taking
-hold after the first batch size's graphs (docs/experiments/README.md, item 52): run one batch size per process
-when the fast state's numbers matter, read each round's state probe (a missed setter is retried up to 3 times,
-item 53), and check them against decode_step.py's.
+launch gaps depend on what the process launched eagerly before it. In one process the fast setter stopped taking
+hold after three model graphs (docs/experiments/README.md, items 52-54): each round's state probe is kept (a
+missed setter is retried up to 3 times), a round that missed is marked, and --processes timing times every
+variant's every round in a child process of its own (each loads the weights again: slower, and not yet run on a
+GPU).
 Written to --out (default benchmarks/results/<device>/decode-attribution/) as JSON and Markdown.
 """
 
 import argparse
 import json
 import statistics
+import subprocess
 import sys
+import tempfile
 from collections import defaultdict
-from typing import Callable, Dict, List, Optional
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -64,6 +68,12 @@ def parse_args(argv=None):
     p.add_argument("--skip", nargs="+", metavar="NAME", help="the skip study's variants to run (default: all)")
     p.add_argument("--state", choices=ds.STATES, default="fast",
                    help="the process state every graph is timed in (decode_step.py, STATES)")
+    p.add_argument("--processes", choices=("one", "timing"), default="one",
+                   help="timing: each variant's each round timed in a child process of its own (and the timeline, "
+                        "if asked for, in one more), so that no process times more than one model graph (in one "
+                        "process the fast setter stopped taking hold after three: docs/experiments/README.md, "
+                        "item 54)")
+    p.add_argument("--only", metavar="VARIANT", help=argparse.SUPPRESS)  # a --processes timing child's variant
     own, rest = p.parse_known_args(argv)
     if own.help:
         p.print_help()
@@ -313,14 +323,17 @@ def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, b
                 return f"{r['ms']:.3f}"
             return f"{r['ms']:.3f} [{r['probe_ms']:.3f}{'*' if r.get('state_reached') is False else ''}]"
 
-        ours, peer = median_of("ours"), median_of("torch")
-        lines += [f"## batch {batch}", "", "| variant | ms | vs ours (ms) | torch / variant | rounds (ms) |",
-                  "|---|---:|---:|---:|---|"]
-        for variant in dict.fromkeys(r["variant"] for r in rows):
+        # A child process of --processes timing times one variant, the timeline's child none.
+        timed = list(dict.fromkeys(r["variant"] for r in rows))
+        ours, peer = (median_of(path) if path in timed else None for path in ("ours", "torch"))
+        lines += [f"## batch {batch}", ""]
+        if timed:
+            lines += ["| variant | ms | vs ours (ms) | torch / variant | rounds (ms) |", "|---|---:|---:|---:|---|"]
+        for variant in timed:
             ms = median_of(variant)
             chain = " chain, " in variant
-            delta = "" if chain else f"{ms - ours:+.3f}"
-            speedup = "" if chain else f"{peer / ms:.3f}x"
+            delta = "" if chain or ours is None else f"{ms - ours:+.3f}"
+            speedup = "" if chain or peer is None else f"{peer / ms:.3f}x"
             samples = ", ".join(sample(r) for r in rows if r["variant"] == variant)
             missed = all(r.get("state_reached") is False for r in rounds_of(variant))
             label = f"{variant} (state not reached)" if missed else variant
@@ -336,33 +349,94 @@ def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, b
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    own, args = parse_args(argv)
-    torch._dynamo.config.fail_on_recompile_limit_hit = True
-    device = ds.device_of(args)
-    setup = ds.make_setup(args, ds.Dist(), device)
+def timing_line(result: dict, state: str) -> str:
+    probe = "" if result["probe_ms"] is None else (
+        f" (probe {result['probe_ms']:.3f} ms, {result['setter_tries']} setters"
+        + ("" if result["state_reached"] else f", {state} state not reached") + ")")
+    return f"batch {result['batch']:3d} round {result['round']} {result['variant']:32s} {result['ms']:9.3f} ms{probe}"
+
+
+def child_report(argv: List[str], batch: int, *extra: str) -> dict:
+    """The JSON report of a child process of this script run with the same options, then --batch, `extra`,
+    --processes one and --out a temporary folder (later options override earlier ones)."""
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, __file__, *argv, "--batch", str(batch), *extra, "--processes", "one",
+                   "--out", out]
+        run = subprocess.run(command, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise SystemExit(f"decode_attribution.py: a child process at batch {batch} ({' '.join(extra)}) failed "
+                             f"(exit {run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-4000:]}")
+        (report,) = Path(out).glob("*.json")
+        return json.loads(report.read_text())
+
+
+def variant_names(own, args, device: torch.device, batch: int) -> List[str]:
+    """The requested studies' variants at one batch size, named from a model of one layer (the names do not depend
+    on the depth), so that a parent of child processes does not hold the weights its children load."""
+    one_layer = argparse.Namespace(**{**vars(args), "layers": 1, "quick": False})
+    names = list(step_variants(ds.make_setup(one_layer, ds.Dist(), device), one_layer, own, batch))
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # the one layer's weights, back to the device for the children
+    return names
+
+
+def run_in_children(own, args, argv: List[str], device: torch.device) -> Tuple[List[dict], Dict[str, List[dict]]]:
+    """--processes timing: every variant's every round timed by a child process of its own, and the timeline
+    study (if asked for) by one more child per batch size."""
+    results, timelines = [], {}
+    for batch in args.batch:
+        names = variant_names(own, args, device, batch)
+        for round_ in range(own.rounds):
+            for name in names:
+                (result,) = child_report(argv, batch, "--rounds", "1", "--only", name)["results"]
+                results.append({**result, "round": round_})
+                print(timing_line(results[-1], own.state), flush=True)
+        if "timeline" in own.study and device.type == "cuda":
+            timelines |= child_report(argv, batch, "--rounds", "0")["timelines"]  # no timing, then the timeline
+    return results, timelines
+
+
+def run_here(own, args, setup, device: torch.device) -> Tuple[List[dict], Dict[str, List[dict]]]:
+    """Every variant's rounds, interleaved, and the timeline study, in this process."""
     results, timelines = [], {}
     for batch in args.batch:
         ds.fresh_compile_cache()
         variants = step_variants(setup, args, own, batch)
+        if own.only is not None:
+            if own.only not in variants:
+                raise SystemExit(f"decode_attribution.py: --only {own.only!r}: not a variant of these studies "
+                                 f"({', '.join(variants)})")
+            variants = {own.only: variants[own.only]}
         states = ds.ProcessState(setup, batch, args.kv_len, device) if device.type == "cuda" else None
         for round_ in range(own.rounds):
             for name, (step, env) in variants.items():
-                timing = time_ms(step, env, setup.kernel, args, device, states, own.state)
-                results.append({"batch": batch, "variant": name, "round": round_, **timing})
-                probe = "" if timing["probe_ms"] is None else (
-                    f" (probe {timing['probe_ms']:.3f} ms, {timing['setter_tries']} setters"
-                    + ("" if timing["state_reached"] else f", {own.state} state not reached") + ")")
-                print(f"batch {batch:3d} round {round_} {name:32s} {timing['ms']:9.3f} ms{probe}", flush=True)
-        if "timeline" in own.study and device.type == "cuda":
+                results.append({"batch": batch, "variant": name, "round": round_,
+                                **time_ms(step, env, setup.kernel, args, device, states, own.state)})
+                print(timing_line(results[-1], own.state), flush=True)
+        if "timeline" in own.study and device.type == "cuda" and own.only is None:
             for path in ("ours", "torch"):
                 timelines[f"{path}, batch {batch}"] = timeline(variants[path][0], setup.shard.layers, states,
                                                                own.state)
+    return results, timelines
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, args = parse_args(argv)
+    torch._dynamo.config.fail_on_recompile_limit_hit = True
+    device = ds.device_of(args)
+    if own.processes == "timing":
+        results, timelines = run_in_children(own, args, argv, device)
+        layers = ds.full_shape(args).layers
+    else:
+        setup = ds.make_setup(args, ds.Dist(), device)
+        results, timelines = run_here(own, args, setup, device)
+        layers = setup.shard.layers
     env = ds.run_environment(args.device)
     out = ds.report_dir(args, env, "decode-attribution")
-    name = f"{args.model}_shard{args.shard_of}_l{setup.shard.layers}"
+    name = f"{args.model}_shard{args.shard_of}_l{layers}"
     record = {"environment": env, "studies": own.study, "state": own.state if device.type == "cuda" else "eager",
-              "env_variants": own.env_variants,
+              "processes": own.processes, "env_variants": own.env_variants,
               "args": ds.args_record(args), "results": results, "timelines": timelines}
     (out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     timing = f"CUDA-graph replays in the {own.state} state" if device.type == "cuda" else "eager steps"

@@ -503,6 +503,27 @@ def test_decode_attribution_skip_filter(kernel_cpu, tmp_path):
     assert run.returncode != 0 and "no such variant" in run.stderr and "no rmsnorm" in run.stderr, run.stderr
 
 
+def test_decode_attribution_child_processes(kernel_cpu, tmp_path):
+    """--processes timing: every variant's every round timed by a child process of its own, its result read back
+    in round order; the children write to their own folders. On the CPU variant, as the skip filter's test."""
+    script = benchmark_script("decode_attribution.py")
+    command = [sys.executable, str(script), "--study", "env", "--env", "no PDL:FP8DK_PDL=0", "--rounds", "2",
+               "--processes", "timing", "--repo-id", REPO_ID, "--device", "cpu", "--layers", "2", *TINY_DECODER,
+               "--batch", "2", "--replays", "2", "--no-compile", "--out", str(tmp_path)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (report,) = tmp_path.glob("*.json")
+    record = json.loads(report.read_text())
+    assert record["processes"] == "timing" and record["args"]["layers"] == 2
+    assert [(r["round"], r["variant"]) for r in record["results"]] == [
+        (round_, variant) for round_ in (0, 1) for variant in ("ours", "torch", "ours, no PDL")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [report.name, report.with_suffix(".md").name]
+    # A child's variant must be one of the studies'.
+    run = subprocess.run([*command[:-2], "--out", str(tmp_path / "x"), "--processes", "one", "--only", "nope"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode != 0 and "--only 'nope'" in run.stderr and "ours, no PDL" in run.stderr, run.stderr
+
+
 def test_decode_attribution_layer_timeline():
     """The timeline's indexing on a made-up trace: per step the residual's zeros, 8 layers of (RMSNorm, GEMM,
     SwiGLU) where the GEMM starts before the RMSNorm ends (PDL), the final norm; three steps."""
