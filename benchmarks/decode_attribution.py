@@ -40,11 +40,8 @@ Written to --out (default benchmarks/results/<device>/decode-attribution/) as JS
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 from collections import defaultdict
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -356,20 +353,6 @@ def timing_line(result: dict, state: str) -> str:
     return f"batch {result['batch']:3d} round {result['round']} {result['variant']:32s} {result['ms']:9.3f} ms{probe}"
 
 
-def child_report(argv: List[str], batch: int, *extra: str) -> dict:
-    """The JSON report of a child process of this script run with the same options, then --batch, `extra`,
-    --processes one and --out a temporary folder (later options override earlier ones)."""
-    with tempfile.TemporaryDirectory() as out:
-        command = [sys.executable, __file__, *argv, "--batch", str(batch), *extra, "--processes", "one",
-                   "--out", out]
-        run = subprocess.run(command, capture_output=True, text=True)
-        if run.returncode != 0:
-            raise SystemExit(f"decode_attribution.py: a child process at batch {batch} ({' '.join(extra)}) failed "
-                             f"(exit {run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-4000:]}")
-        (report,) = Path(out).glob("*.json")
-        return json.loads(report.read_text())
-
-
 def variant_names(own, args, device: torch.device, batch: int) -> List[str]:
     """The requested studies' variants at one batch size, named from a model of one layer (the names do not depend
     on the depth), so that a parent of child processes does not hold the weights its children load."""
@@ -383,16 +366,19 @@ def variant_names(own, args, device: torch.device, batch: int) -> List[str]:
 def run_in_children(own, args, argv: List[str], device: torch.device) -> Tuple[List[dict], Dict[str, List[dict]]]:
     """--processes timing: every variant's every round timed by a child process of its own, and the timeline
     study (if asked for) by one more child per batch size."""
+    def in_child(batch: int, *extra: str) -> dict:
+        return ds.child_report(__file__, argv, "--batch", str(batch), *extra, "--processes", "one", quiet=True)
+
     results, timelines = [], {}
     for batch in args.batch:
         names = variant_names(own, args, device, batch)
         for round_ in range(own.rounds):
             for name in names:
-                (result,) = child_report(argv, batch, "--rounds", "1", "--only", name)["results"]
+                (result,) = in_child(batch, "--rounds", "1", "--only", name)["results"]
                 results.append({**result, "round": round_})
                 print(timing_line(results[-1], own.state), flush=True)
         if "timeline" in own.study and device.type == "cuda":
-            timelines |= child_report(argv, batch, "--rounds", "0")["timelines"]  # no timing, then the timeline
+            timelines |= in_child(batch, "--rounds", "0")["timelines"]  # no timing, then the timeline
     return results, timelines
 
 

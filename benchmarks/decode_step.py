@@ -489,7 +489,7 @@ def replay_ms_in_state(graph: torch.cuda.CUDAGraph, count: int, states: ProcessS
 def fast_state_reached(latency_ms: Dict[str, Dict[str, float]]) -> bool:
     """Whether a build's fast-state timing ran in the fast state, by its probes (True without probes)."""
     fast, slow = (latency_ms.get(state, {}).get("probe_ms") for state in STATES)
-    return fast is None or slow is None or fast <= FAST_PROBE_MAX_RATIO * slow
+    return fast is None or slow is None or probe_shows("fast", fast, slow)
 
 
 def category_of(event) -> str:
@@ -726,20 +726,25 @@ def measurement_of(record: dict) -> Measurement:
                        record["rel_diff_vs_torch"], record["noise_floor"])
 
 
+def child_report(script: str, argv: List[str], *extra: str, quiet: bool = False) -> dict:
+    """The JSON report of a child process running `script` with the options `argv`, then `extra` and --out a
+    temporary folder (later options override earlier ones). quiet: the child's output is kept, and shown only if
+    it fails."""
+    with tempfile.TemporaryDirectory() as out:
+        run = subprocess.run([sys.executable, script, *argv, *extra, "--out", out], capture_output=quiet, text=True)
+        if run.returncode != 0:
+            output = f":\n{run.stdout[-2000:]}{run.stderr[-4000:]}" if quiet else ""
+            raise SystemExit(f"{Path(script).name}: the child process with {' '.join(extra)} failed "
+                             f"(exit {run.returncode}){output}")
+        (report,) = Path(out).glob("*.json")
+        return json.loads(report.read_text())
+
+
 def run_batch_processes(args, argv: List[str]) -> List[Measurement]:
-    """run_benchmark for each batch size in a child process of this script (the same options, then --batch B
-    --out <temporary folder> --one-process, which override the earlier ones); its measurements read back from
-    the child's JSON report."""
-    results = []
-    for batch in args.batch:
-        with tempfile.TemporaryDirectory() as out:
-            command = [sys.executable, __file__, *argv, "--batch", str(batch), "--out", out, "--one-process"]
-            run = subprocess.run(command)
-            if run.returncode != 0:
-                raise SystemExit(f"decode_step.py: the child process for batch {batch} failed (exit {run.returncode})")
-            (report,) = Path(out).glob("*.json")
-            results += [measurement_of(r) for r in json.loads(report.read_text())["results"]]
-    return results
+    """run_benchmark for each batch size in a child process of this script (child_report: the same options,
+    then --batch B --one-process); its measurements read back from the child's JSON report."""
+    return [measurement_of(r) for batch in args.batch
+            for r in child_report(__file__, argv, "--batch", str(batch), "--one-process")["results"]]
 
 
 def half_ulp_perturbed(x: torch.Tensor, seed: int) -> torch.Tensor:
