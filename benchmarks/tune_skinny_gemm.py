@@ -8,11 +8,17 @@ beyond L2, medians), in one process.
     python benchmarks/tune_skinny_gemm.py --env FP8DK_SKINNY_STREAM_K=0          # any launcher variable
     python benchmarks/tune_skinny_gemm.py --out tune.json          # also write the rows as JSON
     python benchmarks/tune_skinny_gemm.py --context quant          # each GEMM after the quantization of its input
+    python benchmarks/tune_skinny_gemm.py --context cold           # ... and that after a kernel launched without PDL
+    python benchmarks/tune_skinny_gemm.py --context sdpa           # ... after decode attention (torch SDPA), as o
+    python benchmarks/tune_skinny_gemm.py --rotation-mb 12288      # weights rotated over 12 GB (address translation)
 
 Prints one row per (layer, M, configuration): microseconds, % of the copy bandwidth measured in the same run,
 and the speedup over torch._scaled_mm. With --context quant the microseconds are those of the pair
-(quantization, GEMM) less those of the quantization alone, for ours and for torch._scaled_mm alike. A
-configuration the launcher rejects (e.g. a block too narrow for M) is reported and skipped.
+(quantization, GEMM) less those of the quantization alone, for ours and for torch._scaled_mm alike; with --context
+cold, of (a small torch kernel, the quantization, the GEMM) less the first two: the GEMM's start overlaps nothing
+but the quantization, as 405B o's after attention in a decode step; with --context sdpa the small kernel is that
+attention itself (torch SDPA, one sequence per token). A configuration the launcher rejects (e.g. a
+block too narrow for M) is reported and skipped.
 """
 
 import argparse
@@ -31,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 LAYERS = {"qkv": (2304, 16384), "o": (16384, 2048), "gate_up": (13312, 16384), "down": (16384, 6656),
           "70b_qkv": (10240, 8192), "70b_down": (8192, 28672), "8b_qkv": (6144, 4096), "8b_gate_up": (28672, 4096)}
 DEFAULT_LAYERS = ("qkv", "gate_up", "down")
-ROTATION_BYTES = 192 << 20  # > 3x the L2 of an H100/H200
+ROTATION_MB = 192  # > 3x the L2 of an H100/H200
 
 
 def parse_args(argv=None):
@@ -45,11 +51,16 @@ def parse_args(argv=None):
     p.add_argument("--env", nargs="*", default=[], metavar="KEY=VALUE",
                    help="one configuration per argument, e.g. FP8DK_SKINNY_STREAM_K=0 or, several variables "
                         "at once, FP8DK_SKINNY_TMA_WK=2,FP8DK_SKINNY_TMA_BOXES=4")
-    p.add_argument("--context", choices=("none", "quant"), default="none",
+    p.add_argument("--context", choices=("none", "quant", "cold", "sdpa"), default="none",
                    help="quant: every call quantizes its 16-bit activations (quantize_fp8) and multiplies the result, "
                         "as a decode step does: the GEMM starts after a small kernel, not after another GEMM, and "
                         "its end is not overlapped by the next GEMM's start (programmatic dependent launch). "
-                        "Reports the pair, and the GEMM as the pair less the quantization alone")
+                        "Reports the GEMM as the pair less the quantization alone. cold: a small torch kernel "
+                        "(launched without PDL, as attention's) before each quantization")
+    p.add_argument("--rotation-mb", type=int, default=ROTATION_MB,
+                   help="weights rotated over at least this many MB (distinct buffers): beyond L2 by default; "
+                        "gigabytes also take the weights beyond the reach of the address translation caches, as "
+                        "a decode step's 50 GB do")
     p.add_argument("--out", type=Path, help="write the rows as JSON here")
     return p.parse_args(argv)
 
@@ -65,7 +76,8 @@ def main(argv=None) -> int:
     timer = CudaGraphTimer(quick=True)
     copy_gbps = copy_bandwidth(dev, quick=True)["gbps"]
     info = describe_device(dev)
-    print(f"# {info.get('name')}, copy bandwidth {copy_gbps:.0f} GB/s, context {args.context}", flush=True)
+    print(f"# {info.get('name')}, copy bandwidth {copy_gbps:.0f} GB/s, context {args.context}, "
+          f"weights rotated over {args.rotation_mb} MB", flush=True)
     configs = [("default", {}), ("no PDL", {"FP8DK_PDL": "0"})]
     configs += [(f"block_n={b}", {"FP8DK_SKINNY_BLOCK_N": str(b)}) for b in args.block_n]
     configs += [(f"split_k={c}", {"FP8DK_SKINNY_SPLIT_K": str(c)}) for c in args.split_k]
@@ -78,7 +90,7 @@ def main(argv=None) -> int:
     scale_a = torch.tensor([1.0], device=dev)
     for layer in args.layers:
         n, kdim = LAYERS[layer]
-        sets = max(1, math.ceil(ROTATION_BYTES / (n * kdim)))
+        sets = max(1, math.ceil((args.rotation_mb << 20) / (n * kdim)))
         weights = [torch.randn(n, kdim, device=dev).to(fp8) for _ in range(sets)]
         scale_b = torch.tensor([1.0 / kdim], device=dev)
         for m in args.m:
@@ -86,9 +98,17 @@ def main(argv=None) -> int:
             scale_x = torch.tensor([1.0], device=dev)
             nbytes = n * kdim + m * kdim + 2 * m * n
             est_us = nbytes / (copy_gbps * 1e3) + 3
-            if args.context == "quant":
+            if args.context != "none":
                 # The activations as the GEMM reads them in a decode step: written by the kernel just before.
-                def operand():
+                spacer = torch.zeros(m, kdim, device=dev, dtype=torch.bfloat16)
+                q = torch.randn(m, 1, 16, 128, device=dev, dtype=torch.bfloat16)
+                kv = torch.randn(2, m, 1, 1024, 128, device=dev, dtype=torch.bfloat16)
+
+                def operand():  # the torch kernels before it: the quantization cannot start before they end
+                    if args.context == "cold":
+                        spacer.add_(x)
+                    elif args.context == "sdpa":
+                        torch.nn.functional.scaled_dot_product_attention(q, kv[0], kv[1])
                     return k.quantize_fp8(x, scale_x, fp8)
                 quant_us = timer.time([operand], 3)["median_us"]
             else:
@@ -110,7 +130,8 @@ def main(argv=None) -> int:
                     print(f"{layer:8s} M={m:<3d} {name:24s} rejected: {str(e).splitlines()[0]}", flush=True)
                     continue
                 pct = 100 * nbytes / (us * 1e3) / copy_gbps
-                rows.append({"layer": layer, "m": m, "config": name, "context": args.context, "us": us,
+                rows.append({"layer": layer, "m": m, "config": name, "context": args.context,
+                             "rotation_mb": args.rotation_mb, "sets": sets, "us": us,
                              "scaled_mm_us": peer, "quant_us": quant_us, "pct_copy_bw": pct, "speedup": peer / us})
                 print(f"{layer:8s} M={m:<3d} {name:24s} {us:8.2f} us {pct:5.1f}% BW  _scaled_mm {peer:8.2f} us "
                       f"{peer / us:5.2f}x", flush=True)
