@@ -18,7 +18,7 @@
 //     with 2 stages the producer refills one only after the consumers have read all of it; small problems ran
 //     6-17% faster with 4-6 (session 13, the tiling comments below).
 //   * Stages in flight (requested, not landed): the ring's, or 2 where a CTA's first flood would be most of its
-//     stream (`window`, below).
+//     stream or, at few tokens, 25 MB over the device (`window`, below).
 #include "common/plan.h"
 #include "skinny_gemm/skinny_gemm_plan.cuh"
 
@@ -134,6 +134,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   const bool half_tiles_cover = !small && !tile_per_sm && sm_tiles < sms && 20LL * sm_tiles >= 9LL * sms;
   p.qgmma = ocp_e4m3 && (o.qgmma >= 0 ? o.qgmma == 1 : p.nt >= 2) ? 1 : 0;
   int default_wk, default_rb, default_boxes;
+  bool eight_box_stages = false;
   if (p.qgmma) {
     default_wk = p.nt == 1 || whole_tiles ? 1 : 2;
     default_rb = 1;
@@ -150,7 +151,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     default_wk = whole_tiles ? 2 : p.nt == 1 ? (wk2_at_few_tokens ? 2 : 1) : p.nt == 2 ? 2 : 4;
     default_rb = whole_tiles || p.nt >= 3 ? 2 : 1;
     // 8 boxes on the 64-row tiles only: a forced wk of 1 makes 128-row tiles, whose 8-box stages would not fit twice.
-    const bool eight_box_stages = p.nt == 1 && half_tiles_cover && (o.wk ? o.wk : default_wk) == 2;
+    eight_box_stages = p.nt == 1 && half_tiles_cover && (o.wk ? o.wk : default_wk) == 2;
     default_boxes = whole_tiles ? 2 : p.nt == 2 || eight_box_stages ? 8 : 4;
   }
   p.rb = o.rb ? o.rb : default_rb;
@@ -244,9 +245,19 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // knobs/ and window-ab/): 0.10-0.14 ms faster at batch 8 and 32, 0.04-0.09 ms at batch 1; alone level after a
   // quantization and up to 4% slower after another GEMM. 8B qkv (96 CTAs: 6 MiB with two stages) was 8% slower
   // alone (window-ab/sweep-05c7060/); 405B down (13-26 K-blocks a CTA) was 0.16 ms slower in the step with 3.
-  const bool flood_is_the_stream = p.sk_tiles == 0 && p.dp_rounds == 1 && 2 * p.stages >= p.k_blocks &&
-                                   2 * unit_bytes * ctas >= kTmaMinBytesInFlight;
-  const int window = o.window ? o.window : flood_is_the_stream ? 2 : p.stages;
+  //
+  // Two stages too for the 64-row tiles in 8-box stages at 8 tokens or fewer (half_tiles_cover above): their ring
+  // of 3 stages of 64 KB puts 25 MB of weights in flight at once over 132 CTAs (405B gate_up), about 8 us of the
+  // copy bandwidth. In the decode step that flood starts as o's CTAs exit, while the RMSNorm between o and gate_up
+  // runs, and the RMSNorm took 3.7 us longer there than the PyTorch build's at batch 1 (docs/experiments/
+  // README.md, item 55); two stages keep 17 MB requested. Measured on an H100 (session 24, benchmarks/results/
+  // nvidia-h100/session24-2026-11-27/experiments/gate_up-window/): the decode step 0.12 ms faster at batch 1 and
+  // 0.05 ms at batch 8, and alone after a quantization within 0.4 us (405B gate_up, 70B qkv and down).
+  const bool flood_is_the_stream = p.sk_tiles == 0 && p.dp_rounds == 1 && 2 * p.stages >= p.k_blocks;
+  const bool flood_meets_the_norm = eight_box_stages && p.boxes == 8;
+  const bool two_stages_suffice = 2 * unit_bytes * ctas >= kTmaMinBytesInFlight;
+  const int window =
+      o.window ? o.window : two_stages_suffice && (flood_is_the_stream || flood_meets_the_norm) ? 2 : p.stages;
   p.window = window < p.stages ? window : p.stages;
   // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). With the plan as it is now they were 1-3%
   // faster only on 8B gate_up at 1-4 tokens and 2-13% slower on the qkv shapes (session 12, benchmarks/results/

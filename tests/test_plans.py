@@ -260,15 +260,25 @@ def test_cluster_per_tile_at_few_tokens(nvidia_planner):
 
 def test_window_where_the_first_flood_is_the_stream(nvidia_planner):
     """Two stages in flight where each CTA streams one whole tile that its ring holds at least half of and two
-    stages a CTA still keep 8 MiB requested (405B o on 128 CTAs, measured faster in the decode step, session 16);
-    the whole ring elsewhere (8B qkv: 96 CTAs, 6 MiB with two stages, slower alone; 405B down: runs of 13-26
-    K-blocks; 405B qkv: shared tiles)."""
+    stages a CTA still keep 8 MiB requested (405B o on 128 CTAs, measured faster in the decode step, session 16),
+    and for the 64-row tiles in 8-box stages at 8 tokens or fewer (405B gate_up, 70B qkv and down: a ring of 3
+    puts 25 MB in flight; session 24); the whole ring elsewhere (8B qkv: 96 CTAs, 6 MiB with two stages, slower
+    alone; 405B down: runs of 13-26 K-blocks; 405B qkv: shared tiles; the 8-box shapes above 8 tokens, and with
+    a forced 4-box stage)."""
     for m in (1, 8, 32):
         o = plan_one(nvidia_planner, H100, m, 16384, 2048)
         assert o["dp_rounds"] == 1 and o["sk_tiles"] == 0 and o["window"] == 2 < o["stages"], o
         for n, k in ((6144, 4096), (16384, 6656), (2304, 16384)):
             p = plan_one(nvidia_planner, H100, m, n, k)
             assert p["window"] == p["stages"], p
+        for n, k in ((13312, 16384), (10240, 8192), (8192, 28672)):
+            p = plan_one(nvidia_planner, H100, m, n, k)
+            if m <= 8:
+                assert p["boxes"] == 8 and p["window"] == 2 < p["stages"], (m, n, k, p)
+            else:
+                assert p["window"] == p["stages"], (m, n, k, p)
+            four_boxes = plan_one(nvidia_planner, H100, m, n, k, tma_boxes=4)
+            assert four_boxes["window"] == four_boxes["stages"], (m, n, k, four_boxes)
 
 
 # ------------------------------------------------------------------------------------------ which kernel
