@@ -40,6 +40,20 @@ DEFAULT_LAYERS = ("qkv", "gate_up", "down")
 ROTATION_MB = 192  # > 3x the L2 of an H100/H200
 
 
+def torch_kernels_before(context: str, x: torch.Tensor):
+    """What runs before the quantization in `context`: nothing (quant), a small torch kernel (cold) or the 405B TP8
+    shard's decode attention over x's rows as sequences (sdpa): 16 query heads on one KV head of 128, 1024
+    positions."""
+    if context == "cold":
+        spacer = torch.zeros_like(x)
+        return lambda: spacer.add_(x)
+    if context == "sdpa":
+        q = torch.randn(x.shape[0], 1, 16, 128, device=x.device, dtype=x.dtype)
+        kv = torch.randn(2, x.shape[0], 1, 1024, 128, device=x.device, dtype=x.dtype)
+        return lambda: torch.nn.functional.scaled_dot_product_attention(q, kv[0], kv[1])
+    return lambda: None
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(DEFAULT_LAYERS))
@@ -99,16 +113,12 @@ def main(argv=None) -> int:
             nbytes = n * kdim + m * kdim + 2 * m * n
             est_us = nbytes / (copy_gbps * 1e3) + 3
             if args.context != "none":
-                # The activations as the GEMM reads them in a decode step: written by the kernel just before.
-                spacer = torch.zeros(m, kdim, device=dev, dtype=torch.bfloat16)
-                q = torch.randn(m, 1, 16, 128, device=dev, dtype=torch.bfloat16)
-                kv = torch.randn(2, m, 1, 1024, 128, device=dev, dtype=torch.bfloat16)
+                # The activations as the GEMM reads them in a decode step: written by the kernel just before,
+                # which itself starts once the torch kernels of the context have ended.
+                before = torch_kernels_before(args.context, x)
 
-                def operand():  # the torch kernels before it: the quantization cannot start before they end
-                    if args.context == "cold":
-                        spacer.add_(x)
-                    elif args.context == "sdpa":
-                        torch.nn.functional.scaled_dot_product_attention(q, kv[0], kv[1])
+                def operand():
+                    before()
                     return k.quantize_fp8(x, scale_x, fp8)
                 quant_us = timer.time([operand], 3)["median_us"]
             else:

@@ -254,10 +254,10 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // nvidia-h100/session24-2026-11-27/experiments/gate_up-window/): the decode step 0.12 ms faster at batch 1 and
   // 0.05 ms at batch 8, and alone after a quantization within 0.4 us (405B gate_up, 70B qkv and down).
   const bool flood_is_the_stream = p.sk_tiles == 0 && p.dp_rounds == 1 && 2 * p.stages >= p.k_blocks;
-  const bool flood_meets_the_norm = eight_box_stages && p.boxes == 8;
+  const bool eight_box_flood = eight_box_stages && p.boxes == 8;
   const bool two_stages_suffice = 2 * unit_bytes * ctas >= kTmaMinBytesInFlight;
   const int window =
-      o.window ? o.window : two_stages_suffice && (flood_is_the_stream || flood_meets_the_norm) ? 2 : p.stages;
+      o.window ? o.window : two_stages_suffice && (flood_is_the_stream || eight_box_flood) ? 2 : p.stages;
   p.window = window < p.stages ? window : p.stages;
   // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). With the plan as it is now they were 1-3%
   // faster only on 8B gate_up at 1-4 tokens and 2-13% slower on the qkv shapes (session 12, benchmarks/results/
