@@ -27,7 +27,9 @@ Studies, each variant timed in --rounds interleaved rounds next to our build ("o
             --env options of one LABEL make one variant
   timeline  per position in a layer: mean start, duration and gap to the previous kernel end, over the layers
             of a few graph replays (torch.profiler's CUDA activity records the kernels of graph launches; a
-            kernel launched with PDL starts before its predecessor ends and waits: its duration includes that)
+            kernel launched with PDL starts before its predecessor ends and waits: its duration includes that);
+            and per segment of a layer (each GEMM, and what runs between it and the GEMM before), what it adds
+            to the step, ours against the torch build
 Every graph is timed in one process state, --state (default fast; decode_step.py's STATES): the same graph's
 launch gaps depend on what the process launched eagerly before it. In one process the fast setter stopped taking
 hold after three model graphs (docs/experiments/README.md, items 52-54): each round's state probe is kept (a
@@ -258,8 +260,9 @@ def kernel_label(name: str) -> str:
     return name.split("<")[0].split("(")[0][-48:]
 
 
-def timeline(step: Callable, layers: int, states: ds.ProcessState, state: str) -> List[dict]:
-    """layer_timeline of TIMELINE_REPLAYS graph replays of `step`, in `state`."""
+def timeline(step: Callable, layers: int, states: ds.ProcessState, state: str) -> dict:
+    """layer_timeline ("positions") and layer_segments ("segments") of TIMELINE_REPLAYS graph replays of `step`,
+    in `state`."""
     graph = ds.capture_graph(step)
     states.enter_checked(state)
     ds.CudaGraphTimer.replay_ms(graph, ds.WARMUP_STEPS)
@@ -269,7 +272,8 @@ def timeline(step: Callable, layers: int, states: ds.ProcessState, state: str) -
         torch.cuda.synchronize()
     kernels = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
                if e.device_type == torch.autograd.DeviceType.CUDA]
-    return layer_timeline(kernels, TIMELINE_REPLAYS, layers)
+    return {"positions": layer_timeline(kernels, TIMELINE_REPLAYS, layers),
+            "segments": layer_segments(kernels, TIMELINE_REPLAYS, layers)}
 
 
 def layer_timeline(kernels: List[tuple], replays: int, layers: int) -> List[dict]:
@@ -296,7 +300,47 @@ def layer_timeline(kernels: List[tuple], replays: int, layers: int) -> List[dict
              **{k: statistics.mean(v[k]) for k in ("start", "duration", "gap")}} for i, v in sorted(rows.items())]
 
 
-def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, batches, timing: str) -> str:
+# A layer's segments, each from the end of the one before to the end of its last kernel: a GEMM (with cuBLASLt's
+# split-K reduce, where it runs one), and what runs between it and the GEMM before (the kernel that writes the
+# GEMM's activations last).
+LAYER_SEGMENTS = ("input RMSNorm", "qkv", "attention", "o", "post-attention RMSNorm", "gate_up", "SwiGLU", "down")
+
+
+def layer_segments(kernels: List[tuple], replays: int, layers: int) -> List[dict]:
+    """Per segment of a layer (LAYER_SEGMENTS): the mean time in microseconds from the previous segment's end to
+    this one's, over the middle layers of `replays` steps, from (start, end, name) of every kernel. Kernels are
+    taken in the order of their ends: with PDL a kernel starts before the one it waits for ends, never ends before
+    it. A step's GEMMs (our kernel or cuBLASLt's, with its split-K reduce) come four a layer, qkv, o, gate_up and
+    down; the input RMSNorm's segment starts at the end of the layer before. So a segment's time is what it adds to
+    the step, whatever of it overlapped the segment before. A step whose GEMMs are not four a layer (a GEMM under
+    another library's name) is left out."""
+    kernels = sorted(kernels, key=lambda k: k[1])
+    per_step = len(kernels) // replays
+    edge = max(1, min(TIMELINE_EDGE_LAYERS, layers // 4))
+    times = defaultdict(list)
+    for r in range(replays):
+        step = kernels[r * per_step:(r + 1) * per_step]
+        labels = [kernel_label(name) for _, _, name in step]
+        gemms = []  # per GEMM: (the kernel before it, its last kernel), indices into step
+        i = 0
+        while i < len(step):
+            if labels[i] in ("gemm", "cuBLAS"):
+                before = i - 1
+                while i + 1 < len(step) and "splitKreduce" in labels[i + 1]:
+                    i += 1
+                gemms.append((before, i))
+            i += 1
+        if len(gemms) != 4 * layers:
+            continue
+        for layer in range(edge, layers - edge):
+            ends = [index for gemm in gemms[4 * layer:4 * layer + 4] for index in gemm]
+            origins = [gemms[4 * layer - 1][1]] + ends[:-1]  # the layer before's down, then each end in turn
+            for name, a, b in zip(LAYER_SEGMENTS, origins, ends):
+                times[name].append(step[b][1] - step[a][1])
+    return [{"segment": name, "us": statistics.mean(times[name])} for name in LAYER_SEGMENTS if times[name]]
+
+
+def markdown(results: List[dict], timelines: Dict[str, dict], env: dict, batches, timing: str) -> str:
     lines = [f"# Decode step attribution, {env['device']['name']}", "",
              f"torch {env['torch']}, git {env['git_revision']}, {env['date']}. Time of a step (or of a GEMM chain): "
              f"the median over the rounds of each round's median of {timing}. vs ours: the variant's step less our "
@@ -336,12 +380,26 @@ def markdown(results: List[dict], timelines: Dict[str, List[dict]], env: dict, b
             label = f"{variant} (state not reached)" if missed else variant
             lines.append(f"| {label} | {ms:.3f} | {delta} | {speedup} | {samples} |")
         lines.append("")
+        segments = {path: {row["segment"]: row["us"] for row in timelines[f"{path}, batch {batch}"]["segments"]}
+                    for path in ("ours", "torch") if f"{path}, batch {batch}" in timelines}
+        if len(segments) == 2 and segments["ours"] and segments["torch"]:
+            lines += [f"### a layer's segments, batch {batch}", "",
+                      "From the end of the segment before to the end of its last kernel, kernels in the order of "
+                      "their ends, in the profiled replays (which run a few percent slower than timed ones, more so "
+                      "for the build with more kernels).", "",
+                      "| segment | ours (us) | torch (us) | ours less torch (us) |", "|---|---:|---:|---:|"]
+            for name in LAYER_SEGMENTS:
+                if name in segments["ours"] and name in segments["torch"]:
+                    ours_us, torch_us = segments["ours"][name], segments["torch"][name]
+                    lines.append(f"| {name} | {ours_us:.2f} | {torch_us:.2f} | {ours_us - torch_us:+.2f} |")
+            totals = [sum(segments[path].values()) for path in ("ours", "torch")]
+            lines += [f"| layer | {totals[0]:.2f} | {totals[1]:.2f} | {totals[0] - totals[1]:+.2f} |", ""]
         for key, table in timelines.items():
             if key.endswith(f"batch {batch}"):
                 lines += [f"### timeline, {key}", "", "| position | kernel | start (us) | duration (us) | gap (us) |",
                           "|---:|---|---:|---:|---:|"]
                 lines += [f"| {t['position']} | {t['kernel']} | {t['start']:.2f} | {t['duration']:.2f} | "
-                          f"{t['gap']:.2f} |" for t in table]
+                          f"{t['gap']:.2f} |" for t in table["positions"]]
                 lines.append("")
     return "\n".join(lines) + "\n"
 

@@ -479,7 +479,7 @@ def test_decode_attribution_smoke(kernel, device, tmp_path):
     assert record["state"] == ("fast" if device == "cuda" else "eager")
     assert record["env_variants"]["o, 2 stages"] == {"o": {"FP8DK_SKINNY_TMA_STAGES": "2"}, "all": {"FP8DK_PDL": "0"}}
     if device == "cuda":
-        kernels = {row["kernel"] for row in record["timelines"]["ours, batch 2"]}
+        kernels = {row["kernel"] for row in record["timelines"]["ours, batch 2"]["positions"]}
         assert {"gemm", "rmsnorm", "swiglu", "quant"} <= kernels, kernels
     assert {p.suffix for p in tmp_path.iterdir()} == {".json", ".md"}
 
@@ -565,3 +565,27 @@ def test_decode_attribution_rounds_out_of_state():
     # On CPU there is no probe: every round counts.
     cpu = [{**r, "probe_ms": None, "setter_tries": None, "state_reached": None} for r in results]
     assert "| ours | 23.300 | +0.000 |" in module.markdown(cpu, {}, env, [1], "eager steps")
+
+
+def test_decode_attribution_layer_segments():
+    """A layer's segments on a made-up trace in the order of the kernels' ends: per step the residual's zeros, 8
+    layers of (RMSNorm, qkv GEMM with a split-K reduce, two attention kernels, o GEMM, RMSNorm, gate_up GEMM,
+    SwiGLU, down GEMM) whose GEMMs start before the kernel before them ends (PDL), the final norm; three steps.
+    A segment is what it adds to the step: from the end of the segment before to its own end."""
+    module = benchmark_module("decode_attribution")
+    layers, kernels, t = 8, [], 0.0
+    layer = [("rms_norm_cluster_kernel", 3.0), ("skinny_gemm_tma_kernel", 10.0), ("cublasLt::splitKreduce_kernel", 1.0),
+             ("rope", 2.0), ("flash_fwd_kernel", 5.0), ("skinny_gemm_tma_kernel", 7.0), ("rms_norm_cluster_kernel", 4.0),
+             ("skinny_gemm_tma_kernel", 20.0), ("silu_and_mul_kernel", 1.0), ("skinny_gemm_tma_kernel", 9.0)]
+    for _ in range(3):
+        kernels.append((t, t + 1.0, "fill"))
+        t += 1.0
+        for _ in range(layers):
+            for name, adds in layer:
+                kernels.append((t - 2.0, t + adds, name))  # starts 2 us early, ends `adds` after the one before
+                t += adds
+        kernels.append((t, t + 2.0, "rms_norm_kernel"))
+        t += 5.0
+    rows = module.layer_segments(kernels[::-1], 3, layers)
+    assert [r["segment"] for r in rows] == list(module.LAYER_SEGMENTS)
+    assert [r["us"] for r in rows] == pytest.approx([3.0, 11.0, 7.0, 7.0, 4.0, 20.0, 1.0, 9.0])
