@@ -574,9 +574,10 @@ def test_decode_attribution_layer_segments():
     A segment is what it adds to the step: from the end of the segment before to its own end."""
     module = benchmark_module("decode_attribution")
     layers, kernels, t = 8, [], 0.0
-    layer = [("rms_norm_cluster_kernel", 3.0), ("skinny_gemm_tma_kernel", 10.0), ("cublasLt::splitKreduce_kernel", 1.0),
-             ("rope", 2.0), ("flash_fwd_kernel", 5.0), ("skinny_gemm_tma_kernel", 7.0), ("rms_norm_cluster_kernel", 4.0),
-             ("skinny_gemm_tma_kernel", 20.0), ("silu_and_mul_kernel", 1.0), ("skinny_gemm_tma_kernel", 9.0)]
+    layer = [("rms_norm_cluster_kernel", 3.0), ("skinny_gemm_tma_kernel", 10.0),
+             ("cublasLt::splitKreduce_kernel", 1.0), ("rope", 2.0), ("flash_fwd_kernel", 5.0),
+             ("skinny_gemm_tma_kernel", 7.0), ("rms_norm_cluster_kernel", 4.0), ("skinny_gemm_tma_kernel", 20.0),
+             ("silu_and_mul_kernel", 1.0), ("skinny_gemm_tma_kernel", 9.0)]
     for _ in range(3):
         kernels.append((t, t + 1.0, "fill"))
         t += 1.0
