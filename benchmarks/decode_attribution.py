@@ -34,8 +34,8 @@ Every graph is timed in one process state, --state (default fast; decode_step.py
 launch gaps depend on what the process launched eagerly before it. In one process the fast setter stopped taking
 hold after three model graphs (docs/experiments/README.md, items 52-54): each round's state probe is kept (a
 missed setter is retried up to 3 times), a round that missed is marked, and --processes timing times every
-variant's every round in a child process of its own (each loads the weights again: slower, and not yet run on a
-GPU).
+variant's every round in a child process of its own (each loads the weights again: slower; on an H100 every
+child's probe read fast at its first setter, item 55).
 Written to --out (default benchmarks/results/<device>/decode-attribution/) as JSON and Markdown.
 """
 
@@ -421,7 +421,7 @@ def variant_names(own, args, device: torch.device, batch: int) -> List[str]:
     return names
 
 
-def run_in_children(own, args, argv: List[str], device: torch.device) -> Tuple[List[dict], Dict[str, List[dict]]]:
+def run_in_children(own, args, argv: List[str], device: torch.device) -> Tuple[List[dict], Dict[str, dict]]:
     """--processes timing: every variant's every round timed by a child process of its own, and the timeline
     study (if asked for) by one more child per batch size."""
     def in_child(batch: int, *extra: str) -> dict:
@@ -440,7 +440,7 @@ def run_in_children(own, args, argv: List[str], device: torch.device) -> Tuple[L
     return results, timelines
 
 
-def run_here(own, args, setup, device: torch.device) -> Tuple[List[dict], Dict[str, List[dict]]]:
+def run_here(own, args, setup, device: torch.device) -> Tuple[List[dict], Dict[str, dict]]:
     """Every variant's rounds, interleaved, and the timeline study, in this process."""
     results, timelines = [], {}
     for batch in args.batch:
