@@ -72,3 +72,5 @@ void quantize_fp8(torch::Tensor& out, const torch::Tensor& input, const torch::T
     dispatch_out<fp8dk::Bf16>(shape, out, input, scale, stream);
   }
 }
+
+FP8DK_TRACE_EXPORT(quantize)

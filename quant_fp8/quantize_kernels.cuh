@@ -17,6 +17,7 @@
 // chunk can be partial (d need not be a multiple of anything): it is read and written column by column under
 // predicates, so every other chunk keeps the full-width accesses.
 #include "common/fp8_scale.cuh"
+#include "common/diag_trace.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/numerics.cuh"
 #include "common/vec.cuh"
@@ -98,6 +99,7 @@ __global__ void __launch_bounds__(quant::kMaxThreads, quant::kMinResident)
     quantize_fp8_kernel(const uint16_t* __restrict__ in, uint8_t* __restrict__ out, const float* __restrict__ scale,
                         int d, int64_t rows, int64_t in_row_stride, int64_t out_row_stride) {
   using namespace quant;
+  FP8DK_TRACE_BEGIN();
   constexpr int kLoadElems = W < kMaxLoadElems ? W : kMaxLoadElems;
   const int col = int(blockIdx.x * blockDim.x + threadIdx.x) * kChunk;
   const int64_t row = (int64_t(blockIdx.z) * kMaxGridY + blockIdx.y) * blockDim.y + threadIdx.y;
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(quant::kMaxThreads, quant::kMinResident)
   uint32_t raw[kChunk / 2];
   allow_next_grid();
   wait_for_prior_grid();
+  FP8DK_TRACE_MARK(1);
   if (whole) {
     load_chunk<kLoadElems>(src, raw);
   } else {
@@ -127,6 +130,7 @@ __global__ void __launch_bounds__(quant::kMaxThreads, quant::kMinResident)
   } else {
     store_partial_chunk(dst, d - col, q);
   }
+  FP8DK_TRACE_END(kQuantize, d, rows, 0);
 }
 
 }  // namespace fp8dk

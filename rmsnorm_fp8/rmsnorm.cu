@@ -146,3 +146,5 @@ void fused_add_rms_norm(torch::Tensor& out, const torch::Tensor& input, torch::T
                         const torch::Tensor& weight, double eps, const std::optional<torch::Tensor>& scale) {
   rms_norm_gpu(out, input, &residual, weight, eps, scale, "fused_add_rms_norm");
 }
+
+FP8DK_TRACE_EXPORT(rmsnorm)

@@ -36,6 +36,7 @@
 // Batch invariance: the reduction order depends on the hidden size and the input row's alignment, never on
 // the number of rows (nor on whether a row takes the cluster kernel).
 #include "common/cluster.cuh"
+#include "common/diag_trace.cuh"
 #include "common/fp8_scale.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/numerics.cuh"
@@ -315,6 +316,7 @@ FP8DK_DEVICE void normalize_store(const R& row, int k, const Pack<16>& r, const 
 // p.split.threads_per_row lanes: several per block for short rows, one block per row for long ones.
 template <class In, class Out, bool kResidual, bool kAligned>
 __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const RmsNormParams p) {
+  FP8DK_TRACE_BEGIN();
   using namespace rmsnorm;
   using R = Row<In, Out, kResidual, kAligned>;
   __shared__ float scratch[kMaxWarps];
@@ -322,6 +324,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
   const R row(p, int64_t(blockIdx.x) * p.split.rows_per_block + (threadIdx.x >> p.split.group_shift));
   allow_next_grid();
   wait_for_prior_grid();
+  FP8DK_TRACE_MARK(1);
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> v[R::kSlots], w[R::kSlots];
@@ -338,6 +341,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
   const float inv = inv_rms(total, p.hidden, p.eps);
 #pragma unroll
   for (int j = 0; j < R::kSlots; ++j) normalize_store(row, lane + j * p.split.threads_per_row, v[j], w[j], inv, scale);
+  FP8DK_TRACE_END(kRmsNorm, p.hidden, p.rows, 0);
 }
 
 // Many aligned rows of the register kernel's one-block-per-row split: a persistent grid (the CTAs the device
@@ -349,6 +353,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
 // are rms_norm_kernel's: the bytes out are the same.
 template <class In, class Out, bool kResidual>
 __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persistent_kernel(const RmsNormParams p) {
+  FP8DK_TRACE_BEGIN();
   using namespace rmsnorm;
   using R = Row<In, Out, kResidual, true>;
   __shared__ float scratch[kMaxWarps];
@@ -357,6 +362,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persi
   R row(p, index);
   allow_next_grid();
   wait_for_prior_grid();
+  FP8DK_TRACE_MARK(1);
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> x[R::kSlots], res[R::kSlots], w[R::kSlots];
@@ -381,6 +387,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persi
     index = next_index;
     row = next;
   }
+  FP8DK_TRACE_END(kRmsNorm, p.hidden, p.rows, 0);
 }
 
 // Rows longer than a block holds in registers (any alignment): one block per row, which walks it in chunks
@@ -390,6 +397,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persi
 // needs no barrier.
 template <class In, class Out, bool kResidual>
 __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel(const RmsNormParams p) {
+  FP8DK_TRACE_BEGIN();
   using namespace rmsnorm;
   using R = Row<In, Out, kResidual, false>;
   extern __shared__ Pack<16> staged[];
@@ -397,6 +405,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
   const R row(p, blockIdx.x);
   allow_next_grid();
   wait_for_prior_grid();
+  FP8DK_TRACE_MARK(1);
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the first pass
   const int threads = blockDim.x, chunk = threads * R::kSlots;
 
@@ -432,6 +441,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 #pragma unroll
     for (int j = 0; j < R::kSlots; ++j) normalize_store(row, slot0 + j * threads, v[j], w[j], inv, scale);
   }
+  FP8DK_TRACE_END(kRmsNorm, p.hidden, p.rows, 0);
 }
 
 // Few long rows on NVIDIA sm_90+: each row split over the CTAs of a thread-block cluster (one cluster per
@@ -451,6 +461,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 // cluster does not supply T threads traps rather than compute a wrong row.
 template <class In, class Out, bool kResidual, bool kAligned, int kChunks>
 __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_cluster_kernel(const RmsNormParams p) {
+  FP8DK_TRACE_BEGIN();
   using namespace rmsnorm;
   static_assert(kChunks == 1 || (!kAligned && kChunks <= kMaxClusterChunks),
                 "the long-row kernel's split (kChunks > 1) runs on the general path");
@@ -464,6 +475,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   const R row(p, t < threads ? int64_t(cluster_index()) : p.rows);  // an idle thread gets no row
   allow_next_grid();
   wait_for_prior_grid();
+  FP8DK_TRACE_MARK(1);
   const float scale_value = OutScale<Out>::read(p.scale);
 
   Pack<16> v[kSlots], w[kSlots];
@@ -479,6 +491,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   const float inv = inv_rms(total, p.hidden, p.eps);
 #pragma unroll
   for (int j = 0; j < kSlots; ++j) normalize_store(row, t + j * threads, v[j], w[j], inv, scale);
+  FP8DK_TRACE_END(kRmsNorm, p.hidden, p.rows, 0);
 }
 
 }  // namespace fp8dk

@@ -6,3 +6,5 @@ namespace fp8dk::skinny {
 const Kernels& kernels_e4m3fnuz(at::ScalarType out) { return fp8_kernels<fp8dk::E4m3fnuz>(out); }
 
 }  // namespace fp8dk::skinny
+
+FP8DK_TRACE_EXPORT(skinny_gemm_e4m3fnuz)

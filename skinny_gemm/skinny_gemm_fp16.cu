@@ -9,3 +9,5 @@ const Kernels& kernels_fp16() {
 }
 
 }  // namespace fp8dk::skinny
+
+FP8DK_TRACE_EXPORT(skinny_gemm_fp16)

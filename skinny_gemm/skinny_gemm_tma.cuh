@@ -40,6 +40,7 @@
 
 #include <type_traits>
 
+#include "common/diag_trace.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/tma.cuh"
 #include "skinny_gemm/skinny_gemm_mma_nv.cuh"
@@ -343,6 +344,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   uint64_t* const full = reinterpret_cast<uint64_t*>(ring + p.barrier_offset);
   uint64_t* const empty = full + p.stages;
   __shared__ unsigned arrived;
+  FP8DK_TRACE_BEGIN();
 #if defined(FP8DK_DIAG_TIMELINE)
   __shared__ unsigned long long diag_t[7];
   if (threadIdx.x == 0) diag_t[1] = diag_t[2] = diag_t[3] = diag_t[5] = diag_t[6] = 0, FP8DK_DIAG_MARK(0);
@@ -420,6 +422,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   }
 
   wait_for_prior_grid();  // consumers: before the first activations; reducers: before writing out, ws, counters
+  FP8DK_TRACE_MARK(1);
   // Each thread's epilogue in registers: the scales are read now, off the critical path, and the rest comes
   // from the kernel's parameters when a run ends. (A struct in shared memory, read at each output, was
   // reloaded behind each output's store, which might alias it: 2.1 us of a whole tile's tail at 32 tokens,
@@ -475,6 +478,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 
     for (int kb = kb0; kb < kb1; ++kb) {
       tma::wait(full + stage, phase);
+      FP8DK_TRACE_MARK_FIRST(2);
 #if defined(FP8DK_DIAG_TIMELINE)
       if (threadIdx.x == 0 && diag_t[2] == 0) FP8DK_DIAG_MARK(2);
 #endif
@@ -497,6 +501,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       if (++stage == p.stages) stage = 0, phase ^= 1;
     }
     if (i >= run) allow_next_grid();
+    if (i >= run) FP8DK_TRACE_MARK(3);
 #if defined(FP8DK_DIAG_TIMELINE)
     if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(3);
     if (lane == 0 && i >= run) atomicMax(&diag_t[5], diag_now());  // the last consumer warp's stream end
@@ -533,6 +538,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     reduce_run<Out>(p, epilogue(), red, run_tile, ws, counters, arrived, threadIdx.x, threads);
     if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
+  FP8DK_TRACE_END(kSkinnyGemm, p.n, p.k, p.m);
 #if defined(FP8DK_DIAG_TIMELINE)
   if (threadIdx.x == 0) {
     FP8DK_DIAG_MARK(4);

@@ -71,3 +71,5 @@ void silu_and_mul(torch::Tensor& out, const torch::Tensor& input, const std::opt
     dispatch_out<fp8dk::Bf16>(shape, out, input, scale, stream);
   }
 }
+
+FP8DK_TRACE_EXPORT(swiglu)

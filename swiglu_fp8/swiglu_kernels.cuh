@@ -16,6 +16,7 @@
 // d columns after gate, so d itself must be a multiple of W. Because d % W == 0, every W-vector of a chunk
 // is either wholly inside the row or wholly past its end: the row's last, partial chunk is handled by
 // predicating whole vectors, never by a scalar loop.
+#include "common/diag_trace.cuh"
 #include "common/grid_dependency.cuh"
 #include "common/numerics.cuh"
 #include "common/vec.cuh"
@@ -142,6 +143,7 @@ __global__ void __launch_bounds__(swiglu::kMaxThreads, swiglu::kMinResident)
                         int64_t out_row_stride) {
   static_assert(W == 1 || W == 2 || W == 4 || W == 8, "vector width must divide the chunk");
   using namespace swiglu;
+  FP8DK_TRACE_BEGIN();
   const int col = int(blockIdx.x * blockDim.x + threadIdx.x) * kChunk;
   const int64_t row = (int64_t(blockIdx.z) * kMaxGridY + blockIdx.y) * blockDim.y + threadIdx.y;
   if (col >= d || row >= rows) return;
@@ -150,6 +152,7 @@ __global__ void __launch_bounds__(swiglu::kMaxThreads, swiglu::kMinResident)
   uint32_t g[kChunk / 2], u[kChunk / 2];
   allow_next_grid();
   wait_for_prior_grid();
+  FP8DK_TRACE_MARK(1);
   load_chunk<W>(gate, valid, g);
   load_chunk<W>(gate + d, valid, u);
   // Read after the data loads are issued, so that the three latencies overlap; a branch-free reciprocal
@@ -168,6 +171,7 @@ __global__ void __launch_bounds__(swiglu::kMaxThreads, swiglu::kMinResident)
     y[2 * i + 1] = silu(g1) * u1;
   }
   store_chunk<Out, W>(out + (row * out_row_stride + col) * Out::kBytes, valid, y, inv_scale);
+  FP8DK_TRACE_END(kSwiglu, d, rows, 0);
 }
 
 }  // namespace fp8dk

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -590,3 +591,61 @@ def test_decode_attribution_layer_segments():
     rows = module.layer_segments(kernels[::-1], 3, layers)
     assert [r["segment"] for r in rows] == list(module.LAYER_SEGMENTS)
     assert [r["us"] for r in rows] == pytest.approx([3.0, 11.0, 7.0, 7.0, 4.0, 20.0, 1.0, 9.0])
+
+
+def test_decode_trace_summary(tmp_path):
+    """benchmarks/decode_trace.py's reading of a made-up diagnostic trace (common/diag_trace.cuh's records): 12
+    layers of our 8 kernels, each CTA's marks placed by hand. A GEMM's first CTAs enter long before its others on
+    SMs the GEMM before left idle, so launches are told apart by block index, not by gaps in time; every position
+    reads back its marks, from the end of the previous layer's down GEMM; the SM hand-offs pair each GEMM's CTA
+    with the one that left its SM."""
+    module = benchmark_module("decode_trace")
+    shard = {"hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 16, "intermediate": 96}
+    # (kind, n, k, m, grid) and, relative to the launch's start, entry, wait, stage, stream, end in ns
+    qkv, o, gate_up, down = (4, 64, 64, 2, 4), (4, 64, 32, 2, 4), (4, 192, 64, 2, 4), (4, 64, 96, 2, 4)
+    norm, quant, swiglu = (1, 64, 2, 0, 2), (3, 32, 2, 0, 1), (2, 96, 2, 0, 3)
+    sequence = [(norm, 5000), (qkv, 15000), (quant, 40000), (o, 12000), (norm, 5000), (gate_up, 70000),
+                (swiglu, 2000), (down, 35000)]
+    records, t, previous = [], 1_000_000, 35000
+    for _ in range(12):
+        for (kind, n, k, m, grid), length in sequence:
+            for block in range(grid):
+                if kind == 1:  # launched as the GEMM before issues its last loads
+                    entry = t - int(0.8 * previous) + 100 * block
+                elif kind == 4 and block == 0 and (n, k) == qkv[1:3]:  # one qkv CTA on an SM down left idle
+                    entry = t - 30_000
+                else:
+                    entry = t + 100 * block
+                marks = (entry, t + 1000, t + 2000 if kind == 4 else 0, t + length - 900 if kind == 4 else 0,
+                         t + length - 500 + 100 * block)
+                records.append((marks, kind, n, k, m, grid - 1 - block, block, grid, 0))
+            t, previous = t + length, length
+    trace = np.array(records, dtype=module.RECORD)
+    np.random.default_rng(0).shuffle(trace)  # the dump's order is the atomic's, not time's
+    meta = {"device": "made-up GPU", "batch": 2, "shard": shard, "step_ms": 1.0, "probe_ms": 1.0, "slow_probe_ms": 1.2}
+    path = tmp_path / "trace.npz"
+    np.savez_compressed(path, meta=np.array(json.dumps(meta)), replay0=trace)
+
+    chain = module.launches(trace, module.gemm_classes(shard))
+    assert [launch["name"] for launch in chain[:8]] == ["rmsnorm", "qkv", "quant", "o", "rmsnorm", "gate_up",
+                                                        "swiglu", "down"]
+    assert all(sorted(launch["ctas"]["block"]) == list(range(len(launch["ctas"]))) for launch in chain)
+    layers = module.layers_of(chain)
+    assert len(layers) == 11  # cut at each RMSNorm a qkv follows; the last runs to the end of the chain
+    rows = module.layer_summary(layers)
+    assert [row["name"] for row in rows] == ["rmsnorm", "qkv", "quant", "o", "rmsnorm", "gate_up", "swiglu", "down"]
+    # origin: the previous down's last CTA end = its start + 35000 - 500 + 300 (4 CTAs): 200 ns before this layer
+    qkv_row, o_row = rows[1], rows[3]
+    assert qkv_row["enter"]["first"] == pytest.approx(5.0 + 0.2 - 30.0)
+    assert qkv_row["wait"]["first"] == pytest.approx(5.0 + 0.2 + 1.0)
+    assert qkv_row["stage"]["last"] == pytest.approx(5.0 + 0.2 + 2.0)
+    assert o_row["stream"]["median"] == pytest.approx(5.2 + 15 + 40 + 12 - 0.9)
+    assert o_row["end"]["last"] == pytest.approx(5.2 + 15 + 40 + 12 - 0.5 + 0.3)
+    assert "stage" not in rows[0] and "stream" not in rows[0]
+    pairs = {(p["before"], p["between"], p["after"]): p for p in module.handoffs(layers)}
+    assert set(pairs) == {("qkv", "quant", "o"), ("o", "rmsnorm", "gate_up"), ("gate_up", "swiglu", "down"),
+                          ("down", "rmsnorm", "qkv")}
+    # gate_up's CTA on SM s enters at its start + 100 s; o's left SM s at o's start + 12000 - 500 + 100 s
+    assert pairs[("o", "rmsnorm", "gate_up")]["median_us"] == pytest.approx(5.0 + 0.5)
+    text = module.summarize_file(path)
+    assert "made-up GPU, batch 2, replay0: 11 layers traced" in text and "gate_up" in text

@@ -1,0 +1,276 @@
+"""Our build's decode step per CTA: when each CTA of each of our kernels entered, returned from its PDL wait,
+reached its own marks and ended, on which SM, on one clock (the global timer), for a CUDA-graph replay as it
+runs. torch.profiler gives a kernel's start and end only, and a PDL launch's start is not when it works.
+
+Needs a diagnostic build (common/diag_trace.cuh; not for timing anything else):
+
+    NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TRACE python tools/build.py
+    python benchmarks/decode_trace.py --batch 1 32 --out DIR       # records and summaries, DIR/trace-b*.npz/.txt
+    python benchmarks/decode_trace.py --parse DIR/trace-b32.npz     # the summary again, from the records
+
+The options after the script's own are decode_step.py's (model, shard, layers, ...). Each batch size's step is
+captured as in decode_step.py, replayed in the fast process state, and its kernels' records of --traced replays
+are kept (each its own). The summary, per position in a layer (the middle layers' mean, us from the end of the
+previous layer's down GEMM):
+  enter      first / median / last CTA entry
+  wait       first / last return from the PDL wait (the kernel before it has completed)
+  stage      GEMMs: median / last CTA's first full stage (its first weights and activations have landed)
+  stream     GEMMs: median / last CTA's end of its last stage
+  end        first / median / last CTA end
+and per GEMM that follows one of our kernels, per SM: from the CTA of the GEMM before it leaving the SM to the
+CTA of this GEMM entering it (the hand-off), median and last.
+GEMM marks: t2 the first full stage, t3 the last stage's end (skinny_gemm_tma.cuh).
+"""
+
+import argparse
+import ctypes
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+# common/diag_trace.cuh, struct Record
+RECORD = np.dtype([("t", "<u8", (5,)), ("kind", "<u4"), ("n", "<u4"), ("k", "<u4"), ("m", "<u4"),
+                   ("block", "<u4"), ("smid", "<u4"), ("grid", "<u4"), ("unused", "<u4")])
+assert RECORD.itemsize == 72
+KINDS = {1: "rmsnorm", 2: "swiglu", 3: "quant", 4: "gemm"}
+MODULES = ("rmsnorm", "swiglu", "quantize", "skinny_gemm_e4m3fn", "skinny_gemm_e4m3fnuz", "skinny_gemm_bf16",
+           "skinny_gemm_fp16")
+CAPACITY = 1 << 19  # diag_trace.cuh, kCapacity
+EDGE_LAYERS = 5  # left out at each end of the step
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                add_help=False)
+    p.add_argument("-h", "--help", action="store_true")
+    p.add_argument("--parse", type=Path, metavar="NPZ", help="summarize saved records instead of running")
+    p.add_argument("--traced", type=int, default=2, help="replays recorded, each on its own")
+    p.add_argument("--timed", type=int, default=30, help="replays timed before (the diagnostic build's step)")
+    own, rest = p.parse_known_args(argv)
+    if own.help:
+        p.print_help()
+        sys.exit(0)
+    return own, rest
+
+
+# ---------------------------------------------------------------- records -> launches -> layers
+
+
+def gemm_classes(shard: dict) -> Dict[tuple, str]:
+    """(n, k) -> the GEMM class of the decoder layer, from the shard's shape."""
+    q = (shard["heads"] + 2 * shard["kv_heads"]) * shard["head_dim"]
+    return {(q, shard["hidden"]): "qkv", (shard["hidden"], shard["heads"] * shard["head_dim"]): "o",
+            (2 * shard["intermediate"], shard["hidden"]): "gate_up", (shard["hidden"], shard["intermediate"]): "down"}
+
+
+def launches(records: np.ndarray, classes: Dict[tuple, str]) -> List[dict]:
+    """The records grouped into kernel launches, in the order of their first entry: each a dict with its name
+    and its CTAs' records. A launch is `grid` CTAs of one key (kind, n, k, m, grid), blocks 0..grid-1 once each;
+    a CTA joins the earliest launch of its key that lacks its block. (Not gaps in time: a GEMM's first CTAs may
+    start tens of microseconds before the rest, on SMs the GEMM before it leaves idle.)"""
+    by_key = defaultdict(list)
+    for r in records[np.argsort(records["t"][:, 0], kind="stable")]:
+        by_key[(int(r["kind"]), int(r["n"]), int(r["k"]), int(r["m"]), int(r["grid"]))].append(r)
+    result = []
+    for (kind, n, k, m, grid), rs in by_key.items():
+        groups, blocks, open_from = [], [], 0
+        for r in rs:
+            block = int(r["block"])
+            j = open_from
+            while j < len(groups) and block in blocks[j]:
+                j += 1
+            if j == len(groups):
+                groups.append([])
+                blocks.append(set())
+            groups[j].append(r)
+            blocks[j].add(block)
+            while open_from < len(groups) and len(blocks[open_from]) == grid:
+                open_from += 1
+        name = KINDS.get(kind, "?")
+        if name == "gemm":
+            name = classes.get((n, k), f"gemm {n}x{k}")
+        result += [{"name": name, "ctas": np.array(g, dtype=RECORD)} for g in groups]
+    result.sort(key=lambda launch: int(launch["ctas"]["t"][:, 0].min()))
+    return result
+
+
+def layers_of(chain: List[dict]) -> List[List[dict]]:
+    """The chain cut into decoder layers, each from an RMSNorm that a qkv GEMM follows up to the next."""
+    starts = [i for i in range(len(chain) - 1) if chain[i]["name"] == "rmsnorm" and chain[i + 1]["name"] == "qkv"]
+    return [chain[a:b] for a, b in zip(starts, starts[1:])]
+
+
+def stats_us(values: np.ndarray, origin: int) -> dict:
+    v = np.sort((values.astype(np.int64) - origin) / 1000.0)
+    return {"first": float(v[0]), "median": float(v[len(v) // 2]), "last": float(v[-1])}
+
+
+def layer_summary(layers: List[List[dict]]) -> List[dict]:
+    """Per position in a layer, the mean over the middle layers of launch_marks, from the end of the GEMM before
+    the layer (the previous layer's down)."""
+    edge = max(1, min(EDGE_LAYERS, len(layers) // 4))
+    middle = list(range(edge, len(layers) - edge)) or list(range(1, len(layers)))
+    per_position = defaultdict(list)
+    for i in middle:
+        origin = int(layers[i - 1][-1]["ctas"]["t"][:, 4].max())
+        names = tuple(launch["name"] for launch in layers[i])
+        for pos, launch in enumerate(layers[i]):
+            per_position[(pos, names)].append(launch_marks(launch["ctas"], origin))
+    rows = []
+    for (pos, names), marks in sorted(per_position.items(), key=lambda item: (-len(item[1]), item[0][0])):
+        if len(marks) < len(middle):  # a layer of another shape (none expected)
+            continue
+        mean = {key: {stat: statistics.fmean(m[key][stat] for m in marks) for stat in marks[0][key]}
+                for key in marks[0]}
+        rows.append({"position": pos, "name": names[pos], "layers": len(marks), **mean})
+    rows.sort(key=lambda row: row["position"])
+    return rows
+
+
+def launch_marks(ctas: np.ndarray, origin: int) -> dict:
+    t = ctas["t"]
+    marks = {"enter": stats_us(t[:, 0], origin), "wait": stats_us(t[:, 1], origin), "end": stats_us(t[:, 4], origin)}
+    if (t[:, 2] > 0).all():
+        marks["stage"] = stats_us(t[:, 2], origin)
+    if (t[:, 3] > 0).all():
+        marks["stream"] = stats_us(t[:, 3], origin)
+    return marks
+
+
+def handoffs(layers: List[List[dict]]) -> List[dict]:
+    """Per GEMM that follows one of our kernels, which follows a GEMM (GEMM -> kernel -> GEMM): per SM, the
+    next GEMM's CTA entry less the previous GEMM's CTA end on that SM (us), over the middle layers' SMs."""
+    edge = max(1, min(EDGE_LAYERS, len(layers) // 4))
+    chain_of = [launch for i in range(edge, len(layers) - edge) for launch in layers[i]]
+    per_pair = defaultdict(list)
+    gemm_names = ("qkv", "o", "gate_up", "down")
+    for j in range(2, len(chain_of)):
+        before, between, after = chain_of[j - 2], chain_of[j - 1], chain_of[j]
+        if before["name"] not in gemm_names or after["name"] not in gemm_names or between["name"] in gemm_names:
+            continue
+        left = {int(r["smid"]): int(r["t"][4]) for r in before["ctas"]}
+        for r in after["ctas"]:
+            sm = int(r["smid"])
+            if sm in left:
+                per_pair[(before["name"], between["name"], after["name"])].append((int(r["t"][0]) - left[sm]) / 1e3)
+    return [{"before": b, "between": k, "after": a, "median_us": statistics.median(v), "last_us": max(v),
+             "sms": len(v)} for (b, k, a), v in per_pair.items()]
+
+
+def summary_text(summary: List[dict], pairs: List[dict], title: str) -> str:
+    lines = [title, "", "us from the end of the previous layer's down GEMM, mean over the middle layers",
+             "", f"{'pos':>3} {'kernel':8} {'enter first/med/last':>22} {'wait first/last':>16} "
+             f"{'stage med/last':>15} {'stream med/last':>16} {'end first/med/last':>22}"]
+
+    def trio(m, keys=("first", "median", "last")):
+        return "/".join(f"{m[k]:.1f}" for k in keys)
+    for row in summary:
+        stage = trio(row["stage"], ("median", "last")) if "stage" in row else "-"
+        stream = trio(row["stream"], ("median", "last")) if "stream" in row else "-"
+        lines.append(f"{row['position']:3d} {row['name']:8} {trio(row['enter']):>22} "
+                     f"{trio(row['wait'], ('first', 'last')):>16} {stage:>15} {stream:>16} {trio(row['end']):>22}")
+    lines += ["", "SM hand-off, GEMM -> kernel -> GEMM: the next GEMM's CTA entry after the previous GEMM's CTA "
+              "left the same SM (us)"]
+    for pair in pairs:
+        lines.append(f"  {pair['before']:>7} -> {pair['between']:8} -> {pair['after']:7}: median "
+                     f"{pair['median_us']:.2f}, last {pair['last_us']:.2f} over {pair['sms']} SM-layers")
+    return "\n".join(lines) + "\n"
+
+
+def summarize_file(path: Path) -> str:
+    data = np.load(path, allow_pickle=False)
+    meta = json.loads(str(data["meta"]))
+    classes = gemm_classes(meta["shard"])
+    texts = []
+    for key in sorted(k for k in data.files if k.startswith("replay")):
+        layers = layers_of(launches(data[key], classes))
+        title = f"{meta['device']}, batch {meta['batch']}, {key}: {len(layers)} layers traced, step " \
+                f"{meta['step_ms']:.3f} ms (diagnostic build, untraced replays' median)"
+        texts.append(summary_text(layer_summary(layers), handoffs(layers), title))
+    return "\n".join(texts)
+
+
+# ---------------------------------------------------------------- on a GPU
+
+
+def dump_function(kernel, module: str):
+    """fp8dk_trace_dump_<module> of the loaded extension, or None in a build without FP8DK_DIAG_TRACE."""
+    ops = kernel._ops
+    ext = next(v for name, v in vars(ops).items() if name.startswith("_fp8_decode_kernels"))
+    fn = getattr(ctypes.CDLL(ext.__file__), f"fp8dk_trace_dump_{module}", None)
+    if fn is not None:
+        fn.restype, fn.argtypes = ctypes.c_uint, [ctypes.c_void_p, ctypes.c_uint]
+    return fn
+
+
+def read_records(dumps, discard: bool = False) -> np.ndarray:
+    """Every module's records since the last read (and empties the buffers); with `discard`, what did not fit
+    is no error."""
+    parts = []
+    for dump in dumps:
+        buf = np.zeros(CAPACITY, dtype=RECORD)
+        written = dump(buf.ctypes.data, CAPACITY)
+        if written > CAPACITY and not discard:
+            raise SystemExit(f"trace buffer overflow: {written} records, room for {CAPACITY}")
+        parts.append(buf[:written])
+    return np.concatenate(parts)
+
+
+def run(own, rest) -> int:
+    import torch
+
+    import decode_step as ds
+
+    args = ds.parse_args(rest + (["--replays", "30"] if "--replays" not in rest else []))
+    device = ds.device_of(args)
+    if device.type != "cuda":
+        raise SystemExit("decode_trace.py runs on a GPU")
+    setup = ds.make_setup(args, ds.Dist(), device)
+    dumps = [fn for fn in (dump_function(setup.kernel, m) for m in MODULES) if fn is not None]
+    if not dumps:
+        raise SystemExit("not a diagnostic build: NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TRACE python tools/build.py")
+    out = args.out or Path("benchmarks/results") / "decode-trace"
+    out.mkdir(parents=True, exist_ok=True)
+    ops = ds.path_ops(setup, args)["ours"]
+    model = ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales, ops,
+                           None, setup.dtype, args.kv_len)
+    shard = {key: getattr(setup.shard, key) for key in ("hidden", "heads", "kv_heads", "head_dim", "intermediate")}
+    for batch in args.batch:
+        x = ds.batch_input(setup, setup.shard.hidden, batch, args.seed, device)
+        caches = ds.caches_for(setup.layers, batch)
+        pos = args.kv_len - 1
+        graph = ds.capture_graph(lambda: model(x, caches, pos))
+        states = ds.ProcessState(setup, batch, args.kv_len, device)
+        samples, probe, _ = ds.replay_ms_in_state(graph, own.timed, states, "fast")
+        replays = {}
+        for i in range(own.traced):
+            read_records(dumps, discard=True)  # what ran before: the warm-up, the timed replays, the state setter
+            graph.replay()
+            torch.cuda.synchronize()
+            replays[f"replay{i}"] = read_records(dumps)
+        meta = {"device": torch.cuda.get_device_name(device), "batch": batch, "shard": shard,
+                "step_ms": statistics.median(samples), "probe_ms": probe, "slow_probe_ms": states.slow_probe_ms}
+        path = out / f"trace-b{batch}.npz"
+        np.savez_compressed(path, meta=np.array(json.dumps(meta)), **replays)
+        text = summarize_file(path)
+        (out / f"trace-b{batch}.txt").write_text(text)
+        print(text, flush=True)
+        del graph, states
+    return 0
+
+
+def main(argv=None) -> int:
+    own, rest = parse_args(argv)
+    if own.parse:
+        print(summarize_file(own.parse), end="")
+        return 0
+    return run(own, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+#pragma once
+// A cross-kernel timeline of the package's sm_90 kernels, in diagnostic builds only (NVCC_APPEND_FLAGS=
+// -DFP8DK_DIAG_TRACE python tools/build.py; benchmarks/decode_trace.py reads it). Thread 0 of every CTA keeps
+// the global timer (ns) at its entry, after its PDL wait, at two points of its own kernel's choosing and at
+// its end, and writes them with its SM into a buffer of its module, which the host reads back through
+// fp8dk_trace_dump_<module> (one per translation unit that launches kernels). The global timer is one clock
+// for every SM, so the marks of consecutive kernels compare; a record is one atomic and one 72-byte store at
+// the CTA's end, where printf's traffic delayed the next kernels by hundreds of microseconds
+// (docs/experiments/README.md, item 46). In every other build the macros are empty.
+#include "common/platform.cuh"
+
+#if defined(FP8DK_DIAG_TRACE) && defined(FP8DK_NVIDIA)
+namespace fp8dk {
+namespace trace {
+
+enum Kind : unsigned { kRmsNorm = 1, kSwiglu = 2, kQuantize = 3, kSkinnyGemm = 4 };
+
+// t: entry, PDL wait returned, the kernel's own two marks (0 where it has none), end.
+struct Record {
+  unsigned long long t[5];
+  unsigned kind, n, k, m, block, smid, grid, unused;
+};
+
+constexpr unsigned kCapacity = 1u << 19;  // CTAs: a 405B TP8 step at 32 tokens launches about 150 000
+static __device__ Record records[kCapacity];
+static __device__ unsigned recorded;
+
+__device__ __forceinline__ unsigned long long now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ bool first_thread() { return (threadIdx.x | threadIdx.y | threadIdx.z) == 0; }
+
+__device__ __forceinline__ void write(unsigned long long (&t)[5], unsigned kind, unsigned n, unsigned k,
+                                      unsigned m) {
+  if (!first_thread()) return;
+  t[4] = now();
+  const unsigned i = atomicAdd(&recorded, 1u);
+  if (i >= kCapacity) return;
+  unsigned smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  Record& r = records[i];  // field by field: a Record built in registers first spilled tight kernels
+  for (int j = 0; j < 5; ++j) r.t[j] = t[j];
+  r.kind = kind, r.n = n, r.k = k, r.m = m, r.smid = smid, r.unused = 0;
+  r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  r.grid = gridDim.x * gridDim.y * gridDim.z;
+}
+
+}  // namespace trace
+}  // namespace fp8dk
+
+#define FP8DK_TRACE_BEGIN()                              \
+  __shared__ unsigned long long fp8dk_trace_t[5];        \
+  if (::fp8dk::trace::first_thread()) {                  \
+    fp8dk_trace_t[0] = ::fp8dk::trace::now();            \
+    fp8dk_trace_t[1] = fp8dk_trace_t[2] = fp8dk_trace_t[3] = 0; \
+  }
+#define FP8DK_TRACE_MARK(i)                                                             \
+  do {                                                                                  \
+    if (::fp8dk::trace::first_thread()) fp8dk_trace_t[i] = ::fp8dk::trace::now();       \
+  } while (0)
+// The first time only (a kernel's first full stage, say).
+#define FP8DK_TRACE_MARK_FIRST(i)                                                                        \
+  do {                                                                                                   \
+    if (::fp8dk::trace::first_thread() && fp8dk_trace_t[i] == 0) fp8dk_trace_t[i] = ::fp8dk::trace::now(); \
+  } while (0)
+#define FP8DK_TRACE_END(kind, n, k, m) \
+  ::fp8dk::trace::write(fp8dk_trace_t, ::fp8dk::trace::kind, unsigned(n), unsigned(k), unsigned(m))
+
+// Host side, once per translation unit: copies up to `capacity` records into `host` and empties the buffer;
+// returns how many the kernels wrote since the last call (more than `capacity`, or than kCapacity, were lost).
+#define FP8DK_TRACE_EXPORT(module)                                                                       \
+  extern "C" __attribute__((visibility("default"))) unsigned fp8dk_trace_dump_##module(void* host,       \
+                                                                                       unsigned capacity) { \
+    unsigned written = 0;                                                                                \
+    cudaDeviceSynchronize();                                                                             \
+    cudaMemcpyFromSymbol(&written, ::fp8dk::trace::recorded, sizeof(written));                           \
+    unsigned n = written < capacity ? written : capacity;                                                \
+    n = n < ::fp8dk::trace::kCapacity ? n : ::fp8dk::trace::kCapacity;                                   \
+    if (n) cudaMemcpyFromSymbol(host, ::fp8dk::trace::records, n * sizeof(::fp8dk::trace::Record));      \
+    const unsigned zero = 0;                                                                             \
+    cudaMemcpyToSymbol(::fp8dk::trace::recorded, &zero, sizeof(zero));                                   \
+    return written;                                                                                      \
+  }
+#else
+#define FP8DK_TRACE_BEGIN()
+#define FP8DK_TRACE_MARK(i) ((void)0)
+#define FP8DK_TRACE_MARK_FIRST(i) ((void)0)
+#define FP8DK_TRACE_END(kind, n, k, m) ((void)0)
+#define FP8DK_TRACE_EXPORT(module)
+#endif
