@@ -6,11 +6,14 @@ Needs a diagnostic build (common/diag_trace.cuh; not for timing anything else):
 
     NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TRACE python tools/build.py
     python benchmarks/decode_trace.py --batch 1 32 --out DIR       # records and summaries, DIR/trace-b*.npz/.txt
+    python benchmarks/decode_trace.py --batch 32 --variant "late:qkv:FP8DK_SKINNY_TMA_WINDOW=2"  # and a variant
     python benchmarks/decode_trace.py --parse DIR/trace-b32.npz     # the summary again, from the records
 
 The options after the script's own are decode_step.py's (model, shard, layers, ...). Each batch size's step is
 captured as in decode_step.py, replayed in the fast process state, and its kernels' records of --traced replays
-are kept (each its own). The summary, per position in a layer (the middle layers' mean, us from the end of the
+are kept (each its own). The diagnostic build's step runs about 1% slower than the plain one (H100, 405B TP8
+shard), and the torch kernels' launch gaps (attention) moved by up to 5 us a layer between two graphs of one
+process: compare our kernels' spans between variants, not the whole layer. The summary, per position in a layer (the middle layers' mean, us from the end of the
 previous layer's down GEMM):
   enter      first / median / last CTA entry
   wait       first / last return from the PDL wait (the kernel before it has completed)
@@ -25,6 +28,7 @@ GEMM marks: t2 the first full stage, t3 the last stage's end (skinny_gemm_tma.cu
 import argparse
 import ctypes
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -42,6 +46,7 @@ MODULES = ("rmsnorm", "swiglu", "quantize", "skinny_gemm_e4m3fn", "skinny_gemm_e
            "skinny_gemm_fp16")
 CAPACITY = 1 << 19  # diag_trace.cuh, kCapacity
 EDGE_LAYERS = 5  # left out at each end of the step
+GEMMS = ("qkv", "o", "gate_up", "down")
 
 
 def parse_args(argv=None):
@@ -51,10 +56,20 @@ def parse_args(argv=None):
     p.add_argument("--parse", type=Path, metavar="NPZ", help="summarize saved records instead of running")
     p.add_argument("--traced", type=int, default=2, help="replays recorded, each on its own")
     p.add_argument("--timed", type=int, default=30, help="replays timed before (the diagnostic build's step)")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL:GEMM:KEY=VALUE[,KEY=VALUE]",
+                   help="also trace our build with tuning variables for one GEMM class (qkv, o, gate_up, down), as "
+                        "decode_attribution.py's --env; the records go to trace-b<batch>-<LABEL>.npz (repeatable)")
     own, rest = p.parse_known_args(argv)
     if own.help:
         p.print_help()
         sys.exit(0)
+    own.variants = {}
+    for spec in own.variant:
+        label, gemm, settings = (spec.split(":", 2) + ["", ""])[:3]
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", label) or gemm not in GEMMS or "=" not in settings:
+            p.error(f"--variant {spec!r}: expected LABEL:GEMM:KEY=VALUE[,KEY=VALUE], LABEL of letters, digits, "
+                    f"'.', '_', '-', GEMM one of {', '.join(GEMMS)}")
+        own.variants[label] = (gemm, dict(item.split("=", 1) for item in settings.split(",")))
     return own, rest
 
 
@@ -189,7 +204,8 @@ def summarize_file(path: Path) -> str:
     texts = []
     for key in sorted(k for k in data.files if k.startswith("replay")):
         layers = layers_of(launches(data[key], classes))
-        title = f"{meta['device']}, batch {meta['batch']}, {key}: {len(layers)} layers traced, step " \
+        title = f"{meta['device']}, batch {meta['batch']}, {meta.get('variant', 'ours')}, {key}: {len(layers)} " \
+                f"layers traced, step " \
                 f"{meta['step_ms']:.3f} ms (diagnostic build, untraced replays' median)"
         texts.append(summary_text(layer_summary(layers), handoffs(layers), title))
     return "\n".join(texts)
@@ -225,6 +241,7 @@ def run(own, rest) -> int:
     import torch
 
     import decode_step as ds
+    from decode_attribution import with_tuning
 
     args = ds.parse_args(rest + (["--replays", "30"] if "--replays" not in rest else []))
     device = ds.device_of(args)
@@ -237,30 +254,35 @@ def run(own, rest) -> int:
     out = args.out or Path("benchmarks/results") / "decode-trace"
     out.mkdir(parents=True, exist_ok=True)
     ops = ds.path_ops(setup, args)["ours"]
-    model = ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales, ops,
-                           None, setup.dtype, args.kv_len)
+    models = {"": None, **{f"-{label}": {gemm: with_tuning(ops.gemm, env, setup.kernel)}
+                           for label, (gemm, env) in own.variants.items()}}
+    for suffix, gemm_of in models.items():
+        models[suffix] = ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard,
+                                        setup.scales, ops, None, setup.dtype, args.kv_len, gemm_of)
     shard = {key: getattr(setup.shard, key) for key in ("hidden", "heads", "kv_heads", "head_dim", "intermediate")}
     for batch in args.batch:
         x = ds.batch_input(setup, setup.shard.hidden, batch, args.seed, device)
         caches = ds.caches_for(setup.layers, batch)
         pos = args.kv_len - 1
-        graph = ds.capture_graph(lambda: model(x, caches, pos))
         states = ds.ProcessState(setup, batch, args.kv_len, device)
-        samples, probe, _ = ds.replay_ms_in_state(graph, own.timed, states, "fast")
-        replays = {}
-        for i in range(own.traced):
-            read_records(dumps, discard=True)  # what ran before: the warm-up, the timed replays, the state setter
-            graph.replay()
-            torch.cuda.synchronize()
-            replays[f"replay{i}"] = read_records(dumps)
-        meta = {"device": torch.cuda.get_device_name(device), "batch": batch, "shard": shard,
-                "step_ms": statistics.median(samples), "probe_ms": probe, "slow_probe_ms": states.slow_probe_ms}
-        path = out / f"trace-b{batch}.npz"
-        np.savez_compressed(path, meta=np.array(json.dumps(meta)), **replays)
-        text = summarize_file(path)
-        (out / f"trace-b{batch}.txt").write_text(text)
-        print(text, flush=True)
-        del graph, states
+        for suffix, model in models.items():
+            graph = ds.capture_graph(lambda: model(x, caches, pos))
+            samples, probe, _ = ds.replay_ms_in_state(graph, own.timed, states, "fast")
+            replays = {}
+            for i in range(own.traced):
+                read_records(dumps, discard=True)  # what ran before: the warm-up, the timed replays, the setter
+                graph.replay()
+                torch.cuda.synchronize()
+                replays[f"replay{i}"] = read_records(dumps)
+            meta = {"device": torch.cuda.get_device_name(device), "batch": batch, "shard": shard,
+                    "variant": suffix[1:] or "ours", "step_ms": statistics.median(samples), "probe_ms": probe,
+                    "slow_probe_ms": states.slow_probe_ms}
+            path = out / f"trace-b{batch}{suffix}.npz"
+            np.savez_compressed(path, meta=np.array(json.dumps(meta)), **replays)
+            text = summarize_file(path)
+            path.with_suffix(".txt").write_text(text)
+            print(text, flush=True)
+            del graph
     return 0
 
 

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(quant::kMaxThreads, quant::kMinResident)
   uint32_t raw[kChunk / 2];
   allow_next_grid();
   wait_for_prior_grid();
-  FP8DK_TRACE_MARK(1);
+  FP8DK_TRACE_WAITED();
   if (whole) {
     load_chunk<kLoadElems>(src, raw);
   } else {

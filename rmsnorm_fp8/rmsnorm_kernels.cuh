@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_kernel(const Rm
   const R row(p, int64_t(blockIdx.x) * p.split.rows_per_block + (threadIdx.x >> p.split.group_shift));
   allow_next_grid();
   wait_for_prior_grid();
-  FP8DK_TRACE_MARK(1);
+  FP8DK_TRACE_WAITED();
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> v[R::kSlots], w[R::kSlots];
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxPersistentThreads) rms_norm_persi
   R row(p, index);
   allow_next_grid();
   wait_for_prior_grid();
-  FP8DK_TRACE_MARK(1);
+  FP8DK_TRACE_WAITED();
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the loads (OutScale::read)
 
   Pack<16> x[R::kSlots], res[R::kSlots], w[R::kSlots];
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
   const R row(p, blockIdx.x);
   allow_next_grid();
   wait_for_prior_grid();
-  FP8DK_TRACE_MARK(1);
+  FP8DK_TRACE_WAITED();
   const float scale_value = OutScale<Out>::read(p.scale);  // OutScale after the first pass
   const int threads = blockDim.x, chunk = threads * R::kSlots;
 
@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   const R row(p, t < threads ? int64_t(cluster_index()) : p.rows);  // an idle thread gets no row
   allow_next_grid();
   wait_for_prior_grid();
-  FP8DK_TRACE_MARK(1);
+  FP8DK_TRACE_WAITED();
   const float scale_value = OutScale<Out>::read(p.scale);
 
   Pack<16> v[kSlots], w[kSlots];

@@ -422,7 +422,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   }
 
   wait_for_prior_grid();  // consumers: before the first activations; reducers: before writing out, ws, counters
-  FP8DK_TRACE_MARK(1);
+  FP8DK_TRACE_WAITED();
   // Each thread's epilogue in registers: the scales are read now, off the critical path, and the rest comes
   // from the kernel's parameters when a run ends. (A struct in shared memory, read at each output, was
   // reloaded behind each output's store, which might alias it: 2.1 us of a whole tile's tail at 32 tokens,

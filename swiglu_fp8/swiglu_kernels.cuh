@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(swiglu::kMaxThreads, swiglu::kMinResident)
   uint32_t g[kChunk / 2], u[kChunk / 2];
   allow_next_grid();
   wait_for_prior_grid();
-  FP8DK_TRACE_MARK(1);
+  FP8DK_TRACE_WAITED();
   load_chunk<W>(gate, valid, g);
   load_chunk<W>(gate + d, valid, u);
   // Read after the data loads are issued, so that the three latencies overlap; a branch-free reciprocal

@@ -648,4 +648,9 @@ def test_decode_trace_summary(tmp_path):
     # gate_up's CTA on SM s enters at its start + 100 s; o's left SM s at o's start + 12000 - 500 + 100 s
     assert pairs[("o", "rmsnorm", "gate_up")]["median_us"] == pytest.approx(5.0 + 0.5)
     text = module.summarize_file(path)
-    assert "made-up GPU, batch 2, replay0: 11 layers traced" in text and "gate_up" in text
+    assert "made-up GPU, batch 2, ours, replay0: 11 layers traced" in text and "gate_up" in text
+    own, rest = module.parse_args(["--variant", "late-flood:qkv:A=1,B=2", "--batch", "32"])
+    assert own.variants == {"late-flood": ("qkv", {"A": "1", "B": "2"})} and rest == ["--batch", "32"]
+    for bad in ("a b:qkv:A=1", "x:attention:A=1", "x:qkv:A"):
+        with pytest.raises(SystemExit):
+            module.parse_args(["--variant", bad])
