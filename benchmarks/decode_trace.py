@@ -20,8 +20,10 @@ previous layer's down GEMM):
   stage      GEMMs: median / last CTA's first full stage (its first weights and activations have landed)
   stream     GEMMs: median / last CTA's end of its last stage
   end        first / median / last CTA end
-and per GEMM that follows one of our kernels, per SM: from the CTA of the GEMM before it leaving the SM to the
-CTA of this GEMM entering it (the hand-off), median and last.
+per GEMM that follows one of our kernels, per SM: from the CTA of the GEMM before it leaving the SM to the CTA of
+this GEMM entering it (the hand-off), median and last; and per GEMM the span that ends with its last CTA (from the
+GEMM before, or from the quantization after attention) against its weights at the copy bandwidth the run
+measured: what each part of the layer costs over the bytes it moves.
 GEMM marks: t2 the first full stage, t3 the last stage's end (skinny_gemm_tma.cuh).
 """
 
@@ -31,7 +33,7 @@ import json
 import re
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, List
 
@@ -55,6 +57,8 @@ def parse_args(argv=None):
     p.add_argument("-h", "--help", action="store_true")
     p.add_argument("--parse", type=Path, metavar="NPZ", help="summarize saved records instead of running")
     p.add_argument("--traced", type=int, default=2, help="replays recorded, each on its own")
+    p.add_argument("--copy-gbps", type=float, help="--parse: the copy bandwidth the spans are held against "
+                   "(default: the one the run measured; traces of session 25 have none: 3003 on its H100s)")
     p.add_argument("--timed", type=int, default=30, help="replays timed before (the diagnostic build's step)")
     p.add_argument("--variant", action="append", default=[], metavar="LABEL:GEMM:KEY=VALUE[,KEY=VALUE]",
                    help="also trace our build with tuning variables for one GEMM class (qkv, o, gate_up, down), as "
@@ -84,10 +88,12 @@ def gemm_classes(shard: dict) -> Dict[tuple, str]:
 
 
 def launches(records: np.ndarray, classes: Dict[tuple, str]) -> List[dict]:
-    """The records grouped into kernel launches, in the order of their first entry: each a dict with its name
-    and its CTAs' records. A launch is `grid` CTAs of one key (kind, n, k, m, grid), blocks 0..grid-1 once each;
-    a CTA joins the earliest launch of its key that lacks its block. (Not gaps in time: a GEMM's first CTAs may
-    start tens of microseconds before the rest, on SMs the GEMM before it leaves idle.)"""
+    """The records grouped into kernel launches, in stream order: each a dict with its name and its CTAs'
+    records. A launch is `grid` CTAs of one key (kind, n, k, m, grid), blocks 0..grid-1 once each; a CTA joins the
+    earliest launch of its key that lacks its block. (Not gaps in time: a GEMM's first CTAs may start tens of
+    microseconds before the rest, on SMs the GEMM before it leaves idle.) Stream order is that of the first PDL
+    wait to return: a kernel's wait returns only once the kernel before it has completed, where entries may come
+    before the previous kernel's (a qkv CTA entered before the RMSNorm's first one once, at batch 1)."""
     by_key = defaultdict(list)
     for r in records[np.argsort(records["t"][:, 0], kind="stable")]:
         by_key[(int(r["kind"]), int(r["n"]), int(r["k"]), int(r["m"]), int(r["grid"]))].append(r)
@@ -110,7 +116,7 @@ def launches(records: np.ndarray, classes: Dict[tuple, str]) -> List[dict]:
         if name == "gemm":
             name = classes.get((n, k), f"gemm {n}x{k}")
         result += [{"name": name, "ctas": np.array(g, dtype=RECORD)} for g in groups]
-    result.sort(key=lambda launch: int(launch["ctas"]["t"][:, 0].min()))
+    result.sort(key=lambda launch: int(launch["ctas"]["t"][:, 1].min()))
     return result
 
 
@@ -127,23 +133,22 @@ def stats_us(values: np.ndarray, origin: int) -> dict:
 
 def layer_summary(layers: List[List[dict]]) -> List[dict]:
     """Per position in a layer, the mean over the middle layers of launch_marks, from the end of the GEMM before
-    the layer (the previous layer's down)."""
+    the layer (the previous layer's down). Only the layers of the most common sequence of kernels count (a lost or
+    misplaced launch would shift the positions of its layer)."""
     edge = max(1, min(EDGE_LAYERS, len(layers) // 4))
     middle = list(range(edge, len(layers) - edge)) or list(range(1, len(layers)))
+    shape = Counter(tuple(launch["name"] for launch in layers[i]) for i in middle).most_common(1)[0][0]
+    middle = [i for i in middle if tuple(launch["name"] for launch in layers[i]) == shape]
     per_position = defaultdict(list)
     for i in middle:
         origin = int(layers[i - 1][-1]["ctas"]["t"][:, 4].max())
-        names = tuple(launch["name"] for launch in layers[i])
         for pos, launch in enumerate(layers[i]):
-            per_position[(pos, names)].append(launch_marks(launch["ctas"], origin))
+            per_position[pos].append(launch_marks(launch["ctas"], origin))
     rows = []
-    for (pos, names), marks in sorted(per_position.items(), key=lambda item: (-len(item[1]), item[0][0])):
-        if len(marks) < len(middle):  # a layer of another shape (none expected)
-            continue
+    for pos, marks in sorted(per_position.items()):
         mean = {key: {stat: statistics.fmean(m[key][stat] for m in marks) for stat in marks[0][key]}
                 for key in marks[0]}
-        rows.append({"position": pos, "name": names[pos], "layers": len(marks), **mean})
-    rows.sort(key=lambda row: row["position"])
+        rows.append({"position": pos, "name": shape[pos], "layers": len(marks), **mean})
     return rows
 
 
@@ -177,8 +182,29 @@ def handoffs(layers: List[List[dict]]) -> List[dict]:
              "sms": len(v)} for (b, k, a), v in per_pair.items()]
 
 
-def summary_text(summary: List[dict], pairs: List[dict], title: str) -> str:
-    lines = [title, "", "us from the end of the previous layer's down GEMM, mean over the middle layers",
+def bandwidth_spans(summary: List[dict], classes: Dict[tuple, str], copy_gbps: float) -> List[dict]:
+    """Per GEMM of the layer (summary's mean positions), the span that ends with its last CTA and starts with the
+    previous GEMM's last end, or later where none of our kernels ran in between (attention, before o's
+    quantization): its length, its weights' time at the copy bandwidth (FP8, one byte an element) and the
+    difference, us. The spans cover our kernels' time; what they leave out is attention."""
+    size = {name: n * k for (n, k), name in classes.items()}
+    spans, previous_end, pending = [], 0.0, []  # pending: our kernels since the previous GEMM
+    for row in summary:
+        if row["name"] not in size:
+            pending.append(row)
+            continue
+        start = max([previous_end] + [pending[0]["enter"]["first"]] if pending else [previous_end])
+        length = row["end"]["last"] - start
+        at_bandwidth = size[row["name"]] / (copy_gbps * 1e3)
+        spans.append({"span": ", ".join([r["name"] for r in pending] + [row["name"]]), "start": start,
+                      "us": length, "at_copy_bw_us": at_bandwidth, "over_us": length - at_bandwidth})
+        previous_end, pending = row["end"]["last"], []
+    return spans
+
+
+def summary_text(summary: List[dict], pairs: List[dict], spans: List[dict], copy_gbps: float, title: str) -> str:
+    counted = f"the {summary[0]['layers']} middle layers of the most common shape" if summary else "no layers"
+    lines = [title, "", f"us from the end of the previous layer's down GEMM, mean over {counted}",
              "", f"{'pos':>3} {'kernel':8} {'enter first/med/last':>22} {'wait first/last':>16} "
              f"{'stage med/last':>15} {'stream med/last':>16} {'end first/med/last':>22}"]
 
@@ -194,12 +220,25 @@ def summary_text(summary: List[dict], pairs: List[dict], title: str) -> str:
     for pair in pairs:
         lines.append(f"  {pair['before']:>7} -> {pair['between']:8} -> {pair['after']:7}: median "
                      f"{pair['median_us']:.2f}, last {pair['last_us']:.2f} over {pair['sms']} SM-layers")
+    if spans:
+        ours = sum(span["us"] for span in spans)
+        lines += ["", f"Spans ending with each GEMM against its weights at the copy bandwidth ({copy_gbps:.0f} GB/s), us",
+                  f"  {'span':34} {'from':>6} {'us':>6} {'at BW':>6} {'over':>6}"]
+        for span in spans:
+            lines.append(f"  {span['span']:34} {span['start']:6.1f} {span['us']:6.1f} {span['at_copy_bw_us']:6.1f} "
+                         f"{span['over_us']:6.1f}")
+        lines.append(f"  {'our kernels':34} {'':>6} {ours:6.1f} {sum(s['at_copy_bw_us'] for s in spans):6.1f} "
+                     f"{sum(s['over_us'] for s in spans):6.1f}   (the rest of the layer, "
+                     f"{summary[-1]['end']['last'] - ours:.1f} us: attention)")
     return "\n".join(lines) + "\n"
 
 
-def summarize_file(path: Path) -> str:
+def summarize_file(path: Path, copy_gbps: float = None) -> str:
+    """The summaries of a trace file's replays; the spans table against `copy_gbps` (default: the bandwidth the
+    run measured, where it did)."""
     data = np.load(path, allow_pickle=False)
     meta = json.loads(str(data["meta"]))
+    copy_gbps = copy_gbps or meta.get("copy_gbps")
     classes = gemm_classes(meta["shard"])
     texts = []
     for key in sorted(k for k in data.files if k.startswith("replay")):
@@ -207,7 +246,9 @@ def summarize_file(path: Path) -> str:
         title = f"{meta['device']}, batch {meta['batch']}, {meta.get('variant', 'ours')}, {key}: {len(layers)} " \
                 f"layers traced, step " \
                 f"{meta['step_ms']:.3f} ms (diagnostic build, untraced replays' median)"
-        texts.append(summary_text(layer_summary(layers), handoffs(layers), title))
+        summary = layer_summary(layers)
+        spans = bandwidth_spans(summary, classes, copy_gbps) if copy_gbps else []
+        texts.append(summary_text(summary, handoffs(layers), spans, copy_gbps or 0.0, title))
     return "\n".join(texts)
 
 
@@ -242,6 +283,7 @@ def run(own, rest) -> int:
 
     import decode_step as ds
     from decode_attribution import with_tuning
+    from sweep import copy_bandwidth
 
     args = ds.parse_args(rest + (["--replays", "30"] if "--replays" not in rest else []))
     device = ds.device_of(args)
@@ -260,6 +302,7 @@ def run(own, rest) -> int:
         models[suffix] = ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard,
                                         setup.scales, ops, None, setup.dtype, args.kv_len, gemm_of)
     shard = {key: getattr(setup.shard, key) for key in ("hidden", "heads", "kv_heads", "head_dim", "intermediate")}
+    copy_gbps = copy_bandwidth("cuda", quick=True)["gbps"]
     for batch in args.batch:
         x = ds.batch_input(setup, setup.shard.hidden, batch, args.seed, device)
         caches = ds.caches_for(setup.layers, batch)
@@ -275,7 +318,8 @@ def run(own, rest) -> int:
                 torch.cuda.synchronize()
                 replays[f"replay{i}"] = read_records(dumps)
             meta = {"device": torch.cuda.get_device_name(device), "batch": batch, "shard": shard,
-                    "variant": suffix[1:] or "ours", "step_ms": statistics.median(samples), "probe_ms": probe,
+                    "variant": suffix[1:] or "ours", "copy_gbps": copy_gbps, "step_ms": statistics.median(samples),
+                    "probe_ms": probe,
                     "slow_probe_ms": states.slow_probe_ms}
             path = out / f"trace-b{batch}{suffix}.npz"
             np.savez_compressed(path, meta=np.array(json.dumps(meta)), **replays)
@@ -289,7 +333,7 @@ def run(own, rest) -> int:
 def main(argv=None) -> int:
     own, rest = parse_args(argv)
     if own.parse:
-        print(summarize_file(own.parse), end="")
+        print(summarize_file(own.parse, own.copy_gbps), end="")
         return 0
     return run(own, rest)
 
