@@ -13,8 +13,9 @@ The options after the script's own are decode_step.py's (model, shard, layers, .
 captured as in decode_step.py, replayed in the fast process state, and its kernels' records of --traced replays
 are kept (each its own). The diagnostic build's step runs about 1% slower than the plain one (H100, 405B TP8
 shard), and the torch kernels' launch gaps (attention) moved by up to 5 us a layer between two graphs of one
-process: compare our kernels' spans between variants, not the whole layer. The summary, per position in a layer (the middle layers' mean, us from the end of the
-previous layer's down GEMM):
+process: compare our kernels' spans between variants, not the whole layer.
+
+The summary, per position in a layer (the middle layers' mean, us from the end of the previous layer's down GEMM):
   enter      first / median / last CTA entry
   wait       first / last return from the PDL wait (the kernel before it has completed)
   stage      GEMMs: median / last CTA's first full stage (its first weights and activations have landed)
@@ -23,8 +24,8 @@ previous layer's down GEMM):
 per GEMM that follows one of our kernels, per SM: from the CTA of the GEMM before it leaving the SM to the CTA of
 this GEMM entering it (the hand-off), median and last; and per GEMM the span that ends with its last CTA (from the
 GEMM before, or from the quantization after attention) against its weights at the copy bandwidth the run
-measured: what each part of the layer costs over the bytes it moves.
-GEMM marks: t2 the first full stage, t3 the last stage's end (skinny_gemm_tma.cuh).
+measured: what each part of the layer costs over the bytes it moves. (A record's t[2] and t[3] are the GEMM's
+stage and stream marks, skinny_gemm_tma.cuh.)
 """
 
 import argparse
@@ -94,6 +95,7 @@ def launches(records: np.ndarray, classes: Dict[tuple, str]) -> List[dict]:
     microseconds before the rest, on SMs the GEMM before it leaves idle.) Stream order is that of the first PDL
     wait to return: a kernel's wait returns only once the kernel before it has completed, where entries may come
     before the previous kernel's (a qkv CTA entered before the RMSNorm's first one once, at batch 1)."""
+    records = records[records["kind"] != 0]  # slots claimed by CTAs that had no work and wrote nothing
     by_key = defaultdict(list)
     for r in records[np.argsort(records["t"][:, 0], kind="stable")]:
         by_key[(int(r["kind"]), int(r["n"]), int(r["k"]), int(r["m"]), int(r["grid"]))].append(r)

@@ -4,9 +4,10 @@
 // the global timer (ns) at its entry, after its PDL wait, at two points of its own kernel's choosing and at
 // its end, and writes them with its SM into a buffer of its module, which the host reads back through
 // fp8dk_trace_dump_<module> (one per translation unit that launches kernels). The global timer is one clock
-// for every SM, so the marks of consecutive kernels compare; a record is one atomic and one 72-byte store at
-// the CTA's end, where printf's traffic delayed the next kernels by hundreds of microseconds
-// (docs/experiments/README.md, item 46). In every other build the macros are empty.
+// for every SM, so the marks of consecutive kernels compare. A record costs one atomic at the CTA's entry and one
+// 72-byte store at its end (the traced 405B step runs about 1% slower); printf's traffic had delayed the next
+// kernels by hundreds of microseconds (docs/experiments/README.md, item 46). In every other build the macros are
+// empty.
 #include "common/platform.cuh"
 
 #if defined(FP8DK_DIAG_TRACE) && defined(FP8DK_NVIDIA)
@@ -21,7 +22,7 @@ struct Record {
   unsigned kind, n, k, m, block, smid, grid, unused;
 };
 
-constexpr unsigned kCapacity = 1u << 19;  // CTAs: a 405B TP8 step at 32 tokens launches about 150 000
+constexpr unsigned kCapacity = 1u << 19;  // CTAs: a 405B TP8 step at 32 tokens runs about 130 000
 static __device__ Record records[kCapacity];
 static __device__ unsigned recorded;
 

@@ -622,6 +622,7 @@ def test_decode_trace_summary(tmp_path):
                          t + length - 500 + 100 * block)
                 records.append((marks, kind, n, k, m, grid - 1 - block, block, grid, 0))
             t, previous = t + length, length
+    records.append(((0, 0, 0, 0, 0), 0, 0, 0, 0, 0, 0, 0, 0))  # a slot claimed by a CTA with no work
     trace = np.array(records, dtype=module.RECORD)
     np.random.default_rng(0).shuffle(trace)  # the dump's order is the atomic's, not time's
     meta = {"device": "made-up GPU", "batch": 2, "shard": shard, "step_ms": 1.0, "probe_ms": 1.0, "slow_probe_ms": 1.2}
