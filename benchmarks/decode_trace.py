@@ -24,7 +24,8 @@ The summary, per position in a layer (the middle layers' mean, us from the end o
 per GEMM that follows one of our kernels, per SM: from the CTA of the GEMM before it leaving the SM to the CTA of
 this GEMM entering it (the hand-off), median and last; and per GEMM the span that ends with its last CTA (from the
 GEMM before, or from the quantization after attention) against its weights at the copy bandwidth the run
-measured: what each part of the layer costs over the bytes it moves. (A record's t[2] and t[3] are the GEMM's
+measured: what each part of the layer costs over the bytes it moves; per GEMM, how the CTAs' stream ends spread
+by SM, and which SMs stream faster than the rest. (A record's t[2] and t[3] are the GEMM's
 stage and stream marks, skinny_gemm_tma.cuh.)
 """
 
@@ -50,6 +51,7 @@ MODULES = ("rmsnorm", "swiglu", "quantize", "skinny_gemm_e4m3fn", "skinny_gemm_e
 CAPACITY = 1 << 19  # diag_trace.cuh, kCapacity
 EDGE_LAYERS = 5  # left out at each end of the step
 GEMMS = ("qkv", "o", "gate_up", "down")
+FAST_SM_US = 3.0  # an SM whose CTAs end their stream this much before the median, on average, is listed
 
 
 def parse_args(argv=None):
@@ -184,6 +186,31 @@ def handoffs(layers: List[List[dict]]) -> List[dict]:
              "sms": len(v)} for (b, k, a), v in per_pair.items()]
 
 
+def stream_ends_by_sm(layers: List[List[dict]]) -> List[dict]:
+    """Per GEMM class, over the middle layers: each SM's mean of its CTA's stream end less the launch's median
+    (us), the spread of those means, and the SMs more than FAST_SM_US early (a fixed group of SMs streams faster
+    than the rest, different on each chip: docs/experiments/README.md, item 57)."""
+    edge = max(1, min(EDGE_LAYERS, len(layers) // 4))
+    late = defaultdict(lambda: defaultdict(list))  # class -> SM -> us after the median
+    for layer in layers[edge:len(layers) - edge]:
+        for launch in layer:
+            t = launch["ctas"]["t"]
+            if launch["name"] not in GEMMS or not (t[:, 3] > 0).all():
+                continue
+            median = np.median(t[:, 3].astype(np.int64))
+            for r in launch["ctas"]:
+                late[launch["name"]][int(r["smid"])].append((int(r["t"][3]) - median) / 1e3)
+    rows = []
+    for name in GEMMS:
+        if name not in late:
+            continue
+        means = {sm: statistics.fmean(v) for sm, v in late[name].items()}
+        values = np.array(sorted(means.values()))
+        rows.append({"gemm": name, "percentiles": {p: float(np.percentile(values, p)) for p in (0, 10, 50, 90, 100)},
+                     "fast_sms": sorted(sm for sm, v in means.items() if v < -FAST_SM_US)})
+    return rows
+
+
 def bandwidth_spans(summary: List[dict], classes: Dict[tuple, str], copy_gbps: float) -> List[dict]:
     """Per GEMM of the layer (summary's mean positions), the span that ends with its last CTA and starts with the
     previous GEMM's last end, or later where none of our kernels ran in between (attention, before o's
@@ -204,7 +231,8 @@ def bandwidth_spans(summary: List[dict], classes: Dict[tuple, str], copy_gbps: f
     return spans
 
 
-def summary_text(summary: List[dict], pairs: List[dict], spans: List[dict], copy_gbps: float, title: str) -> str:
+def summary_text(summary: List[dict], pairs: List[dict], by_sm: List[dict], spans: List[dict], copy_gbps: float,
+                 title: str) -> str:
     counted = f"the {summary[0]['layers']} middle layers of the most common shape" if summary else "no layers"
     lines = [title, "", f"us from the end of the previous layer's down GEMM, mean over {counted}",
              "", f"{'pos':>3} {'kernel':8} {'enter first/med/last':>22} {'wait first/last':>16} "
@@ -222,6 +250,11 @@ def summary_text(summary: List[dict], pairs: List[dict], spans: List[dict], copy
     for pair in pairs:
         lines.append(f"  {pair['before']:>7} -> {pair['between']:8} -> {pair['after']:7}: median "
                      f"{pair['median_us']:.2f}, last {pair['last_us']:.2f} over {pair['sms']} SM-layers")
+    lines += ["", f"Stream ends by SM: per SM, its CTAs' mean stream end less the launch's median (us), percentiles "
+              f"0/10/50/90/100 over the SMs, and the SMs more than {FAST_SM_US:.0f} us early"]
+    for row in by_sm:
+        lines.append(f"  {row['gemm']:8} " + " ".join(f"{v:6.1f}" for v in row["percentiles"].values())
+                     + f"   early: {row['fast_sms'] or '-'}")
     if spans:
         ours = sum(span["us"] for span in spans)
         lines += ["", f"Spans ending with each GEMM against its weights at the copy bandwidth ({copy_gbps:.0f} GB/s), us",
@@ -250,7 +283,8 @@ def summarize_file(path: Path, copy_gbps: float = None) -> str:
                 f"{meta['step_ms']:.3f} ms (diagnostic build, untraced replays' median)"
         summary = layer_summary(layers)
         spans = bandwidth_spans(summary, classes, copy_gbps) if copy_gbps else []
-        texts.append(summary_text(summary, handoffs(layers), spans, copy_gbps or 0.0, title))
+        texts.append(summary_text(summary, handoffs(layers), stream_ends_by_sm(layers), spans, copy_gbps or 0.0,
+                                  title))
     return "\n".join(texts)
 
 

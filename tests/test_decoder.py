@@ -618,7 +618,8 @@ def test_decode_trace_summary(tmp_path):
                     continue
                 else:
                     entry = t + 100 * block
-                marks = (entry, t + 1000, t + 2000 if kind == 4 else 0, t + length - 900 if kind == 4 else 0,
+                fast = 5000 if (n, k) == gate_up[1:3] and block == 0 else 0  # gate_up's SM 0 streams faster
+                marks = (entry, t + 1000, t + 2000 if kind == 4 else 0, t + length - 900 - fast if kind == 4 else 0,
                          t + length - 500 + 100 * block)
                 records.append((marks, kind, n, k, m, grid - 1 - block, block, grid, 0))
             t, previous = t + length, length
@@ -652,6 +653,9 @@ def test_decode_trace_summary(tmp_path):
                           ("down", "rmsnorm", "qkv")}
     # gate_up's CTA on SM s enters at its start + 100 s; o's left SM s at o's start + 12000 - 500 + 100 s
     assert pairs[("o", "rmsnorm", "gate_up")]["median_us"] == pytest.approx(5.0 + 0.5)
+    by_sm = {row["gemm"]: row for row in module.stream_ends_by_sm(layers)}
+    assert by_sm["gate_up"]["fast_sms"] == [0] and by_sm["gate_up"]["percentiles"][0] == pytest.approx(-5.0)
+    assert all(by_sm[g]["fast_sms"] == [] and by_sm[g]["percentiles"][0] == 0 for g in ("qkv", "o", "down"))
     # Spans ending with each GEMM: from the GEMM before, or from the quantization's entry after attention.
     spans = module.bandwidth_spans(rows, module.gemm_classes(shard), copy_gbps=1.0)  # 1 byte a ns
     assert [span["span"] for span in spans] == ["rmsnorm, qkv", "quant, o", "rmsnorm, gate_up", "swiglu, down"]
