@@ -135,12 +135,18 @@ def stats_us(values: np.ndarray, origin: int) -> dict:
     return {"first": float(v[0]), "median": float(v[len(v) // 2]), "last": float(v[-1])}
 
 
+def middle_layers(layers: List[List[dict]]) -> List[int]:
+    """Indices of the layers the summaries read: all but EDGE_LAYERS at each end (a step's first and last layers
+    join other kernels), and never the first, whose origin is the layer before it."""
+    edge = max(1, min(EDGE_LAYERS, len(layers) // 4))
+    return list(range(edge, len(layers) - edge)) or list(range(1, len(layers)))
+
+
 def layer_summary(layers: List[List[dict]]) -> List[dict]:
     """Per position in a layer, the mean over the middle layers of launch_marks, from the end of the GEMM before
     the layer (the previous layer's down). Only the layers of the most common sequence of kernels count (a lost or
     misplaced launch would shift the positions of its layer)."""
-    edge = max(1, min(EDGE_LAYERS, len(layers) // 4))
-    middle = list(range(edge, len(layers) - edge)) or list(range(1, len(layers)))
+    middle = middle_layers(layers)
     shape = Counter(tuple(launch["name"] for launch in layers[i]) for i in middle).most_common(1)[0][0]
     middle = [i for i in middle if tuple(launch["name"] for launch in layers[i]) == shape]
     per_position = defaultdict(list)
@@ -169,8 +175,7 @@ def launch_marks(ctas: np.ndarray, origin: int) -> dict:
 def handoffs(layers: List[List[dict]]) -> List[dict]:
     """Per GEMM that follows one of our kernels, which follows a GEMM (GEMM -> kernel -> GEMM): per SM, the
     next GEMM's CTA entry less the previous GEMM's CTA end on that SM (us), over the middle layers' SMs."""
-    edge = max(1, min(EDGE_LAYERS, len(layers) // 4))
-    chain_of = [launch for i in range(edge, len(layers) - edge) for launch in layers[i]]
+    chain_of = [launch for i in middle_layers(layers) for launch in layers[i]]
     per_pair = defaultdict(list)
     gemm_names = ("qkv", "o", "gate_up", "down")
     for j in range(2, len(chain_of)):
@@ -190,10 +195,9 @@ def stream_ends_by_sm(layers: List[List[dict]]) -> List[dict]:
     """Per GEMM class, over the middle layers: each SM's mean of its CTA's stream end less the launch's median
     (us), the spread of those means, and the SMs more than FAST_SM_US early (a fixed group of SMs streams faster
     than the rest, different on each chip: docs/experiments/README.md, item 57)."""
-    edge = max(1, min(EDGE_LAYERS, len(layers) // 4))
     late = defaultdict(lambda: defaultdict(list))  # class -> SM -> us after the median
-    for layer in layers[edge:len(layers) - edge]:
-        for launch in layer:
+    for i in middle_layers(layers):
+        for launch in layers[i]:
             t = launch["ctas"]["t"]
             if launch["name"] not in GEMMS or not (t[:, 3] > 0).all():
                 continue
@@ -222,7 +226,7 @@ def bandwidth_spans(summary: List[dict], classes: Dict[tuple, str], copy_gbps: f
         if row["name"] not in size:
             pending.append(row)
             continue
-        start = max([previous_end] + [pending[0]["enter"]["first"]] if pending else [previous_end])
+        start = max(previous_end, pending[0]["enter"]["first"]) if pending else previous_end
         length = row["end"]["last"] - start
         at_bandwidth = size[row["name"]] / (copy_gbps * 1e3)
         spans.append({"span": ", ".join([r["name"] for r in pending] + [row["name"]]), "start": start,
@@ -321,7 +325,7 @@ def run(own, rest) -> int:
     from decode_attribution import with_tuning
     from sweep import copy_bandwidth
 
-    args = ds.parse_args(rest + (["--replays", "30"] if "--replays" not in rest else []))
+    args = ds.parse_args(rest)
     device = ds.device_of(args)
     if device.type != "cuda":
         raise SystemExit("decode_trace.py runs on a GPU")
@@ -332,11 +336,11 @@ def run(own, rest) -> int:
     out = args.out or Path("benchmarks/results") / "decode-trace"
     out.mkdir(parents=True, exist_ok=True)
     ops = ds.path_ops(setup, args)["ours"]
-    models = {"": None, **{f"-{label}": {gemm: with_tuning(ops.gemm, env, setup.kernel)}
-                           for label, (gemm, env) in own.variants.items()}}
-    for suffix, gemm_of in models.items():
-        models[suffix] = ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard,
-                                        setup.scales, ops, None, setup.dtype, args.kv_len, gemm_of)
+    gemms_of = {"": None, **{f"-{label}": {gemm: with_tuning(ops.gemm, env, setup.kernel)}
+                             for label, (gemm, env) in own.variants.items()}}
+    models = {suffix: ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales,
+                                     ops, None, setup.dtype, args.kv_len, gemm_of)
+              for suffix, gemm_of in gemms_of.items()}
     shard = {key: getattr(setup.shard, key) for key in ("hidden", "heads", "kv_heads", "head_dim", "intermediate")}
     copy_gbps = copy_bandwidth("cuda", quick=True)["gbps"]
     for batch in args.batch:
