@@ -27,6 +27,7 @@ using DeviceAttribute = hipDeviceAttribute_t;
 constexpr DeviceAttribute kMultiprocessorCount = hipDeviceAttributeMultiprocessorCount;
 // AMD has no opt-in beyond the per-block limit (64 KB LDS on MI300X, 160 KB on MI355X).
 constexpr DeviceAttribute kMaxSharedMemoryPerBlock = hipDeviceAttributeMaxSharedMemoryPerBlock;
+constexpr DeviceAttribute kSharedMemoryPerMultiprocessor = hipDeviceAttributeMaxSharedMemoryPerMultiprocessor;
 
 inline int device_attribute(DeviceAttribute attr) {
   int device = 0, value = 0;
@@ -38,6 +39,7 @@ inline int device_attribute(DeviceAttribute attr) {
 using DeviceAttribute = cudaDeviceAttr;
 constexpr DeviceAttribute kMultiprocessorCount = cudaDevAttrMultiProcessorCount;
 constexpr DeviceAttribute kMaxSharedMemoryPerBlock = cudaDevAttrMaxSharedMemoryPerBlockOptin;
+constexpr DeviceAttribute kSharedMemoryPerMultiprocessor = cudaDevAttrMaxSharedMemoryPerMultiprocessor;
 
 inline int device_attribute(DeviceAttribute attr) {
   int device = 0, value = 0;
@@ -75,6 +77,10 @@ inline DeviceProps device_props() {
     d.sms = multiprocessor_count();
     d.warp_size = kWarpSize;
     d.max_smem_per_block = max_shared_memory_per_block();
+    d.smem_per_sm = device_attribute(kSharedMemoryPerMultiprocessor);
+#if !defined(FP8DK_AMD)
+    d.smem_reserved_per_block = device_attribute(cudaDevAttrReservedSharedMemoryPerBlock);
+#endif
     it = cache.emplace(device, d).first;
   }
   return it->second;

@@ -155,6 +155,34 @@ int max_active_blocks_per_sm(void (*kernel)(Params...), int threads, int smem_by
   return it->second;
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory a launch: past 48 KB, NVIDIA's launches and occupancy
+// queries need this opt-in first (up to DeviceProps::max_smem_per_block); on AMD it is the LDS limit as set.
+// The limit only rises (launches of one kernel with other sizes keep theirs); a launch within it pays a map
+// lookup.
+template <class... Params>
+void allow_dynamic_smem(void (*kernel)(Params...), int bytes) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> allowed;  // (kernel, device) -> the limit set
+  const void* f = reinterpret_cast<const void*>(kernel);
+  int device = 0;
+#if defined(USE_ROCM)
+  TORCH_CHECK(hipGetDevice(&device) == hipSuccess, "fp8-decode-kernels: hipGetDevice failed");
+#else
+  launch_detail::check(cudaGetDevice(&device), "cudaGetDevice");
+#endif
+  const std::lock_guard<std::mutex> lock(mutex);
+  int& limit = allowed[std::make_pair(f, device)];
+  if (bytes <= limit) return;
+#if defined(USE_ROCM)
+  TORCH_CHECK(hipFuncSetAttribute(f, hipFuncAttributeMaxDynamicSharedMemorySize, bytes) == hipSuccess,
+              "fp8-decode-kernels: hipFuncSetAttribute failed");
+#else
+  launch_detail::check(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                       "cudaFuncSetAttribute");
+#endif
+  limit = bytes;
+}
+
 // Launches kernel(args...) with shape `s` on `stream`: in clusters when s.cluster has more than one CTA (the
 // caller checked max_active_clusters; NVIDIA only), and with PDL where the kernel's code waits for the prior
 // grid (built for sm_90+) and FP8DK_PDL allows it.

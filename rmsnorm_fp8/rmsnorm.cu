@@ -37,8 +37,10 @@ RmsNormPlan plan(const fp8dk::RmsNormProblem& s) {
 #if defined(FP8DK_NVIDIA)
   overrides = fp8dk::rms_norm_overrides();
   occupancy.active_clusters = [](const RmsNormPlan& c) {
-    return fp8dk::max_active_clusters(reinterpret_cast<const void*>(cluster_kernel<In, Out, kResidual>(c)),
-                                      dim3(c.cluster_ctas), static_cast<int>(c.block.x), c.smem_bytes);
+    const auto kernel = cluster_kernel<In, Out, kResidual>(c);
+    if (c.smem_bytes > 48 * 1024) fp8dk::allow_dynamic_smem(kernel, c.smem_bytes);
+    return fp8dk::max_active_clusters(reinterpret_cast<const void*>(kernel), dim3(c.cluster_ctas),
+                                      static_cast<int>(c.block.x), c.smem_bytes);
   };
   occupancy.persistent_ctas_per_sm = [](int threads) {
     return fp8dk::max_active_blocks_per_sm(&fp8dk::rms_norm_persistent_kernel<In, Out, kResidual>, threads, 0);
@@ -64,16 +66,14 @@ void launch(RmsNormParams p, const fp8dk::RmsNormProblem& s, cudaStream_t stream
       break;
     case RmsNormKernel::kLongRow: {
       auto* kernel = &fp8dk::rms_norm_long_row_kernel<In, Out, kResidual>;
-      if (l.smem_bytes > 48 * 1024) {
-        C10_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, l.smem_bytes));
-      }
+      if (l.smem_bytes > 48 * 1024) fp8dk::allow_dynamic_smem(kernel, l.smem_bytes);
       fp8dk::launch_kernel(kernel, shape, stream, p);
       break;
     }
 #if defined(FP8DK_NVIDIA)
     case RmsNormKernel::kCluster:
       shape.cluster = dim3(l.cluster_ctas);
+      // (Its shared memory was allowed when the plan asked for its occupancy.)
       fp8dk::launch_kernel(cluster_kernel<In, Out, kResidual>(l), shape, stream, p);
       break;
     case RmsNormKernel::kPersistent:

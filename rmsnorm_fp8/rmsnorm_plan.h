@@ -8,7 +8,8 @@
 // The kernels (rmsnorm_kernels.cuh):
 //   kAligned / kGeneral  the register kernel, one group of threads per row (several rows per block when short)
 //   kLongRow             rows beyond a block's registers, walked in chunks, staged in dynamic shared memory
-//   kCluster             NVIDIA sm_90+: few long rows, each split over a thread-block cluster of 2, 4 or 8 CTAs
+//   kCluster             NVIDIA sm_90+: few long rows, each split over a thread-block cluster of 2, 4 or 8 CTAs,
+//                        at most kClusterCtasPerSm of them on one SM
 //   kPersistent          NVIDIA: many aligned rows, a grid of the CTAs the device holds at once
 // The cluster and persistent kernels keep the one-CTA-per-row kernel's split and sum order (the same bytes
 // out); a row's split depends on the hidden size and the alignment only (batch invariance).
@@ -53,6 +54,13 @@ constexpr int kRowsBlockThreads = 256;
 constexpr int64_t kClusterMinRowSlots = 1024;
 // Each CTA of a cluster keeps at least this many warps of the row.
 constexpr int kClusterMinCtaWarps = 2;
+// CTAs of the cluster kernel one SM may hold (common/plan.h, smem_for_ctas_per_sm). In a decode step the
+// kernel launches while the GEMM before it still holds most SMs, and the block scheduler would stack its CTAs
+// on the few SMs that GEMM has left: at batch 32 on an H100, 6 CTAs on each of about 40 SMs, which ended 2-3 us
+// after CTAs alone on an SM (presumably their bytes queue at the SM's one path to L2). Held to 2 they spread
+// over twice the SMs: the 405B decode step ran 0.26-0.28 ms faster at batch 32 and 0.17-0.22 ms at batch 1 and
+// 8; 1 or 3 were slower or level (docs/experiments/README.md, item 59).
+constexpr int kClusterCtasPerSm = 2;
 // The persistent kernel's heuristic takes the fused op up to this many rows per resident CTA. Measured on an
 // H200 against one CTA per row: up to 7% faster at 2 to 4 rows per CTA (equal at [1024, 8192]), 1-6% slower at
 // 8 to 31, where the many waves of one-CTA-per-row CTAs no longer run in step; rms_norm was faster at every
@@ -75,14 +83,16 @@ struct RmsNormProblem {
 
 // The tuning overrides (README, "Tuning overrides"); -1: the heuristic. NVIDIA only.
 struct RmsNormOverrides {
-  int cluster = -1;     // FP8DK_RMSNORM_CLUSTER: CTAs per row (0 or 1: never the cluster kernel)
-  int persistent = -1;  // FP8DK_RMSNORM_PERSISTENT: 0 never, 1 wherever the rows have the persistent split
+  int cluster = -1;      // FP8DK_RMSNORM_CLUSTER: CTAs per row (0 or 1: never the cluster kernel)
+  int persistent = -1;   // FP8DK_RMSNORM_PERSISTENT: 0 never, 1 wherever the rows have the persistent split
+  int ctas_per_sm = -1;  // FP8DK_RMSNORM_CTAS_PER_SM: the cluster kernel's CTAs an SM may hold (0: no cap)
 };
 
 inline RmsNormOverrides rms_norm_overrides() {
   RmsNormOverrides o;
   o.cluster = tuning::choice("FP8DK_RMSNORM_CLUSTER", {0, 1, 2, 4, 8}, -1, "0, 1, 2, 4 or 8 (CTAs per row)");
   o.persistent = tuning::integer("FP8DK_RMSNORM_PERSISTENT", 0, 1, -1, "0 or 1");
+  o.ctas_per_sm = tuning::integer("FP8DK_RMSNORM_CTAS_PER_SM", 0, 8, -1, "0 (no cap) to 8");
   return o;
 }
 
@@ -100,7 +110,7 @@ struct RmsNormSplit {
 struct RmsNormPlan {
   RmsNormKernel kernel = RmsNormKernel::kAligned;
   Dims grid, block;
-  int smem_bytes = 0;     // dynamic shared memory
+  int smem_bytes = 0;     // dynamic shared memory (kCluster: none used, the request caps its CTAs per SM)
   int cluster_ctas = 1;   // kCluster: CTAs per row, one cluster per row
   int chunks = 1;         // kCluster: chunks a thread walks (1: the register kernel's split; 2: the long-row one's)
   bool aligned = false;   // kCluster: the aligned path's split (every slot whole and vector-aligned)
@@ -246,8 +256,9 @@ inline RmsNormPlan plan_rms_norm(const RmsNormProblem& s, const DeviceProps& dev
   const RmsNormPlan one = one_cta_per_row(s, aligned, slots, dev);
   if (dev.vendor != Vendor::kNvidia) return one;
 
-  const RmsNormPlan cluster = cluster_candidate(s, one, slots, aligned, dev, o.cluster);
+  RmsNormPlan cluster = cluster_candidate(s, one, slots, aligned, dev, o.cluster);
   if (cluster.kernel == RmsNormKernel::kCluster) {
+    cluster.smem_bytes = smem_for_ctas_per_sm(dev, o.ctas_per_sm < 0 ? kClusterCtasPerSm : o.ctas_per_sm);
     // Rows with a cluster split never take the persistent kernel, even where the device runs no such cluster.
     return occupancy.active_clusters(cluster) > 0 ? cluster : one;
   }

@@ -54,17 +54,11 @@ inline unsigned* arrival_counters(const at::Tensor& like, cudaStream_t stream, l
   return static_cast<unsigned*>(buffer.data_ptr());
 }
 
-template <class Fn>
-void raise_smem_limit(Fn* kernel, int bytes) {
-  C10_CUDA_CHECK(
-      cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
-
 // Launches `kernel` as planned, with the workspace the plan asks for. `params`: the kernel's Plan or TmaPlan.
 template <class Fn, class Operand, class Params>
 void launch_planned(Fn* kernel, const LaunchPlan& l, const Operand& a, const Operand& b, const Args& x,
                     const Params& params, const at::Tensor& like, cudaStream_t stream) {
-  if (l.smem_opt_in > 0) raise_smem_limit(kernel, l.smem_opt_in);
+  if (l.smem_opt_in > 0) fp8dk::allow_dynamic_smem(kernel, l.smem_opt_in);
   float* ws = nullptr;
   unsigned* counters = nullptr;
   at::Tensor workspace;
@@ -147,14 +141,14 @@ class KernelsOf final : public Kernels {
  public:
   int ctas_per_sm(int mp, int lb, int smem) const override {
     auto* kernel = portable_kernel<Ab, Out>(mp, lb);
-    if (smem > kDefaultSmemLimit) raise_smem_limit(kernel, smem);
+    if (smem > kDefaultSmemLimit) fp8dk::allow_dynamic_smem(kernel, smem);
     return fp8dk::max_active_blocks_per_sm(kernel, kThreads, smem);
   }
 
   int clusters_at_once(int mp, int lb, int smem, int split) const override {
 #if defined(FP8DK_NVIDIA)
     auto* kernel = portable_kernel<Ab, Out>(mp, lb);
-    if (smem > kDefaultSmemLimit) raise_smem_limit(kernel, smem);
+    if (smem > kDefaultSmemLimit) fp8dk::allow_dynamic_smem(kernel, smem);
     return fp8dk::max_active_clusters(reinterpret_cast<const void*>(kernel), dim3(1, split, 1), kThreads, smem);
 #else
     return 0;

@@ -19,9 +19,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 NVIDIA, AMD = 0, 1
-# vendor, SMs/CUs, warp width, dynamic shared memory a block may use (H100: the 227 KiB opt-in; MI300X: 64 KiB LDS)
-H100 = (NVIDIA, 132, 32, 232448)
-MI300X = (AMD, 304, 64, 65536)
+# vendor, SMs/CUs, warp width, dynamic shared memory a block may use (H100: the 227 KiB opt-in; MI300X: 64 KiB LDS),
+# shared memory of one SM/CU, and what the runtime reserves of it per CTA
+H100 = (NVIDIA, 132, 32, 232448, 233472, 1024)
+MI300X = (AMD, 304, 64, 65536, 65536, 0)
+CAPPED_STATIC_SMEM = 1024  # common/plan.h, kCappedStaticSmem
+CLUSTER_CTAS_PER_SM = 2  # rmsnorm_plan.h, kClusterCtasPerSm
 DEVICES = {"H100": H100, "MI300X": MI300X}
 ALIGNED, GENERAL, LONG_ROW, CLUSTER, PERSISTENT = range(5)
 HIDDEN = [1, 7, 8, 64, 100, 513, 1024, 2048, 4095, 4096, 5120, 8192, 12288, 16384, 16385, 20000, 32768, 40003,
@@ -50,19 +53,26 @@ def planner(tmp_path_factory):
 
 
 def rms_line(dev, rows, hidden, *, in_off=0, in_stride=None, out_off=0, out_stride=None, out_bytes=2, residual=0,
-             active_clusters=1, ctas_per_sm=4, cluster=-1, persistent=-1):
+             active_clusters=1, ctas_per_sm=4, cluster=-1, persistent=-1, cap=-1):
     in_stride = hidden if in_stride is None else in_stride
     out_stride = hidden if out_stride is None else out_stride
-    return " ".join(map(str, ("rms", *dev, active_clusters, ctas_per_sm, cluster, persistent, rows, hidden, in_off,
-                              in_stride, out_off, out_stride, out_bytes, residual)))
+    return " ".join(map(str, ("rms", *dev, active_clusters, ctas_per_sm, cluster, persistent, cap, rows, hidden,
+                              in_off, in_stride, out_off, out_stride, out_bytes, residual)))
+
+
+def ctas_held(dev, smem):
+    """The fewest and the most CTAs of `smem` dynamic shared memory an SM holds, over the static shared memory a
+    capped kernel may declare (0 to CAPPED_STATIC_SMEM bytes)."""
+    per_sm, reserved = dev[4], dev[5]
+    return per_sm // (smem + reserved + CAPPED_STATIC_SMEM), per_sm // (smem + reserved)
 
 
 def slots_of(hidden, aligned):
     return -(-(hidden + (0 if aligned else 7)) // 8)
 
 
-def check_rms(dev, rows, hidden, p, *, aligned):
-    vendor, sms, warp, smem = dev
+def check_rms(dev, rows, hidden, p, *, aligned, cap=CLUSTER_CTAS_PER_SM):
+    vendor, sms, warp, smem = dev[:4]
     where = f"{dev} rows={rows} hidden={hidden}: {p}"
     assert "error" not in p, where
     gx, gy, gz = p["grid"]
@@ -74,7 +84,10 @@ def check_rms(dev, rows, hidden, p, *, aligned):
         assert p["smem"] == 16 * p["staged_slots"] and 0 < p["staged_slots"] <= slots, where
         assert p["smem"] + 4 * (1024 // warp) <= max(smem, 48 * 1024), where  # with the reduction scratch
         return
-    assert p["smem"] == 0, where
+    if p["kernel"] == CLUSTER and cap > 0:
+        assert ctas_held(dev, p["smem"]) == (cap, cap) and p["smem"] <= smem, where  # the cap, exactly
+    else:
+        assert p["smem"] == 0, where
     tpr, per_block = p["threads_per_row"], p["rows_per_block"]
     if p["kernel"] in (ALIGNED, GENERAL, PERSISTENT):
         assert p["kernel"] == (GENERAL if not aligned else p["kernel"]), where
@@ -171,6 +184,23 @@ def test_rms_norm_cluster_override(planner):
         assert p["kernel"] == ALIGNED and p["cluster_queries"] == 0, p
 
 
+def test_rms_norm_cluster_ctas_per_sm(planner):
+    """The cluster kernel asks for the shared memory that holds an SM to kClusterCtasPerSm of its CTAs (or to
+    FP8DK_RMSNORM_CTAS_PER_SM, 0: no request), within what a block may use; without the device's figures, none."""
+    for cap in (-1, 0, 1, 2, 3, 4, 8):
+        for rows in (1, 8, 32, 66):
+            p = planner([rms_line(H100, rows, 16384, cap=cap)])[0]
+            assert p["kernel"] == CLUSTER, (cap, rows, p)
+            check_rms(H100, rows, 16384, p, aligned=True, cap=CLUSTER_CTAS_PER_SM if cap < 0 else cap)
+    assert planner([rms_line(H100, 32, 16384, cap=0)])[0]["smem"] == 0
+    unknown = H100[:4] + (0, 0)
+    assert planner([rms_line(unknown, 32, 16384)])[0]["smem"] == 0
+    # Other kernels ask for none (the long-row kernel: what it stages).
+    for rows, hidden in ((1000, 16384), (2, 64), (100000, 8192)):
+        p = planner([rms_line(H100, rows, hidden, cap=1)])[0]
+        assert p["kernel"] != CLUSTER and p["smem"] == 0, p
+
+
 def test_rms_norm_persistent_heuristic_and_override(planner):
     resident = 4 * 132  # ctas_per_sm = 4 in the model
     for rows, residual, want in ((resident, 0, False), (resident + 1, 0, True), (100000, 0, True),
@@ -205,7 +235,8 @@ def test_rms_norm_too_many_rows_is_an_error(planner):
 
 
 @pytest.mark.parametrize("name,bad", [("FP8DK_RMSNORM_CLUSTER", b) for b in ("3", "16", "-1", "two", "2x")]
-                         + [("FP8DK_RMSNORM_PERSISTENT", b) for b in ("2", "-1", "10", "yes")])
+                         + [("FP8DK_RMSNORM_PERSISTENT", b) for b in ("2", "-1", "10", "yes")]
+                         + [("FP8DK_RMSNORM_CTAS_PER_SM", b) for b in ("9", "-1", "two")])
 def test_invalid_override_is_rejected(planner, name, bad):
     p = planner([f"overrides {name} {bad}"])[0]
     assert p.get("error", "").startswith(f"{name} must be ") and f"got '{bad}'" in p["error"], p
@@ -213,9 +244,10 @@ def test_invalid_override_is_rejected(planner, name, bad):
 
 def test_valid_overrides_are_read(planner):
     plans = planner(["overrides FP8DK_RMSNORM_CLUSTER 4", "overrides FP8DK_RMSNORM_PERSISTENT 0",
-                     "overrides FP8DK_RMSNORM_CLUSTER -", "overrides FP8DK_RMSNORM_PERSISTENT -"])
-    assert plans == [{"cluster": 4, "persistent": -1}, {"cluster": 4, "persistent": 0},
-                     {"cluster": -1, "persistent": 0}, {"cluster": -1, "persistent": -1}]
+                     "overrides FP8DK_RMSNORM_CTAS_PER_SM 3", "overrides FP8DK_RMSNORM_CLUSTER -",
+                     "overrides FP8DK_RMSNORM_PERSISTENT -", "overrides FP8DK_RMSNORM_CTAS_PER_SM -"])
+    assert [(p["cluster"], p["persistent"], p["ctas_per_sm"]) for p in plans] == [
+        (4, -1, -1), (4, 0, -1), (4, 0, 3), (-1, 0, 3), (-1, -1, 3), (-1, -1, -1)]
 
 
 def aligned_rows(offset, stride_bytes, rows, width_bytes):

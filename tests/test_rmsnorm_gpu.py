@@ -44,6 +44,7 @@ def device() -> str:
 
 
 CLUSTER_ENV = "FP8DK_RMSNORM_CLUSTER"
+CTAS_PER_SM_ENV = "FP8DK_RMSNORM_CTAS_PER_SM"
 
 
 def has_clusters() -> bool:
@@ -385,6 +386,23 @@ def test_cluster_shapes(kernel, monkeypatch, ctas, dtype, out_dtype, shape, fuse
     residual = torch.randn(shape, dtype=dtype, device="cuda") if fused else None
     scale = scale_for(kernel, x, residual, weight, out_dtype)
     out = poisoned(shape, out_dtype or dtype, "cuda")
+    check_against_one_cta(kernel, monkeypatch, ctas, x, weight, out, residual, scale)
+
+
+@needs_clusters
+@FUSED
+@pytest.mark.parametrize("cap", ["0", "1", "3", "8"], ids=lambda c: f"cap{c}")
+@pytest.mark.parametrize("shape,ctas", [((1, 16384), "8"), ((8, 16384), "8"), ((32, 16384), "4"), ((32, 16385), "4")],
+                         ids=lambda v: f"{v[0]}x{v[1]}" if isinstance(v, tuple) else f"cluster{v}")
+def test_cluster_ctas_per_sm(kernel, monkeypatch, cap, shape, ctas, fused):
+    """The cluster kernel held to `cap` CTAs per SM (FP8DK_RMSNORM_CTAS_PER_SM; 0: no cap, the default 2 runs in
+    the other tests) by the dynamic shared memory it asks for and does not use: the decode shapes' clusters
+    launch, and give the reference's bytes and exactly the one-CTA-per-row kernels' bytes."""
+    monkeypatch.setenv(CTAS_PER_SM_ENV, cap)
+    x, weight = make_inputs(shape, torch.bfloat16, "cuda")
+    residual = torch.randn(shape, dtype=torch.bfloat16, device="cuda") if fused else None
+    scale = scale_for(kernel, x, residual, weight, torch.float8_e4m3fn)
+    out = poisoned(shape, torch.float8_e4m3fn, "cuda")
     check_against_one_cta(kernel, monkeypatch, ctas, x, weight, out, residual, scale)
 
 

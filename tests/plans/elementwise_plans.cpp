@@ -2,14 +2,15 @@
 // (rmsnorm_plan.h), silu_and_mul (swiglu_plan.h) and quantize_fp8 (quantize_plan.h) for a model device, one
 // problem per line of stdin, one JSON object per line of stdout. Torch- and GPU-free: g++ builds it.
 //
-//   rms <vendor> <sms> <warp> <smem> <active_clusters> <ctas_per_sm> <cluster> <persistent> <rows> <hidden>
-//       <in_off> <in_stride> <out_off> <out_stride> <out_bytes> <residual>
+//   rms <vendor> <sms> <warp> <smem> <smem_per_sm> <smem_reserved> <active_clusters> <ctas_per_sm> <cluster>
+//       <persistent> <cap> <rows> <hidden> <in_off> <in_stride> <out_off> <out_stride> <out_bytes> <residual>
 //   swiglu <sms> <d> <rows> <in_off> <in_stride> <out_off> <out_stride> <out_bytes>
 //   quant <sms> <d> <rows> <in_off> <in_stride> <out_off> <out_stride>
 //   overrides <name> <value>   sets the variable (value "-": unsets it), then reads rms_norm_overrides()
 //
 // vendor: 0 NVIDIA, 1 AMD. Addresses are a 4 KiB-aligned base plus the given byte offsets; the weight and the
-// residual lie on it. active_clusters / ctas_per_sm answer the plan's occupancy queries (the device model).
+// residual lie on it. active_clusters / ctas_per_sm answer the plan's occupancy queries (the device model);
+// cluster, persistent and cap are the overrides (FP8DK_RMSNORM_CLUSTER, _PERSISTENT, _CTAS_PER_SM; -1: none).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -27,21 +28,24 @@ const void* address(long long offset) { return reinterpret_cast<const void*>((1L
 
 void print_dims(const char* name, const fp8dk::Dims& d) { std::printf("\"%s\": [%u, %u, %u]", name, d.x, d.y, d.z); }
 
-fp8dk::DeviceProps device(int vendor, int sms, int warp, int smem) {
+fp8dk::DeviceProps device(int vendor, int sms, int warp, int smem, int smem_per_sm = 0, int smem_reserved = 0) {
   fp8dk::DeviceProps d;
   d.vendor = vendor == 0 ? fp8dk::Vendor::kNvidia : fp8dk::Vendor::kAmd;
   d.sms = sms;
   d.warp_size = warp;
   d.max_smem_per_block = smem;
+  d.smem_per_sm = smem_per_sm;
+  d.smem_reserved_per_block = smem_reserved;
   return d;
 }
 
 void rms(std::istringstream& in) {
-  int vendor, sms, warp, smem, active_clusters, ctas_per_sm, residual, out_bytes, hidden;
+  int vendor, sms, warp, smem, smem_per_sm, smem_reserved, active_clusters, ctas_per_sm, residual, out_bytes, hidden;
   long long rows, in_off, in_stride, out_off, out_stride;
   fp8dk::RmsNormOverrides o;
-  in >> vendor >> sms >> warp >> smem >> active_clusters >> ctas_per_sm >> o.cluster >> o.persistent >> rows >> hidden >>
-      in_off >> in_stride >> out_off >> out_stride >> out_bytes >> residual;
+  in >> vendor >> sms >> warp >> smem >> smem_per_sm >> smem_reserved >> active_clusters >> ctas_per_sm >> o.cluster >>
+      o.persistent >> o.ctas_per_sm >> rows >> hidden >> in_off >> in_stride >> out_off >> out_stride >> out_bytes >>
+      residual;
   const fp8dk::RmsNormProblem s{address(in_off), residual ? address(1 << 30) : nullptr,
                                 address((1LL << 31) + out_off), address(3LL << 30), rows, in_stride, out_stride,
                                 hidden, out_bytes};
@@ -49,7 +53,8 @@ void rms(std::istringstream& in) {
   fp8dk::RmsNormOccupancy occupancy;
   occupancy.active_clusters = [&](const fp8dk::RmsNormPlan&) { return ++cluster_queries, active_clusters; };
   occupancy.persistent_ctas_per_sm = [&](int) { return ++persistent_queries, ctas_per_sm; };
-  const fp8dk::RmsNormPlan p = fp8dk::plan_rms_norm(s, device(vendor, sms, warp, smem), o, occupancy);
+  const fp8dk::RmsNormPlan p =
+      fp8dk::plan_rms_norm(s, device(vendor, sms, warp, smem, smem_per_sm, smem_reserved), o, occupancy);
   const fp8dk::RmsNormSplit& r = p.split;
   std::printf("{\"kernel\": %d, ", static_cast<int>(p.kernel));
   print_dims("grid", p.grid);
@@ -97,7 +102,8 @@ void overrides(std::istringstream& in) {
   }
   fp8dk::tuning::reload();
   const fp8dk::RmsNormOverrides o = fp8dk::rms_norm_overrides();
-  std::printf("{\"cluster\": %d, \"persistent\": %d}\n", o.cluster, o.persistent);
+  std::printf("{\"cluster\": %d, \"persistent\": %d, \"ctas_per_sm\": %d}\n", o.cluster, o.persistent,
+              o.ctas_per_sm);
 }
 
 }  // namespace
