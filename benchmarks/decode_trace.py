@@ -25,8 +25,8 @@ per GEMM that follows one of our kernels, per SM: from the CTA of the GEMM befor
 this GEMM entering it (the hand-off), median and last; and per GEMM the span that ends with its last CTA (from the
 GEMM before, or from the quantization after attention) against its weights at the copy bandwidth the run
 measured: what each part of the layer costs over the bytes it moves; per GEMM, how the CTAs' stream ends spread
-by SM, and which SMs stream faster than the rest. (A record's t[2] and t[3] are the GEMM's
-stage and stream marks, skinny_gemm_tma.cuh.)
+by SM, and which SMs stream faster than the rest; per elementwise launch, how many of its CTAs shared an SM and
+how that delayed them. (A record's t[2] and t[3] are the GEMM's stage and stream marks, skinny_gemm_tma.cuh.)
 """
 
 import argparse
@@ -215,6 +215,31 @@ def stream_ends_by_sm(layers: List[List[dict]]) -> List[dict]:
     return rows
 
 
+def elementwise_packing(layers: List[List[dict]]) -> List[dict]:
+    """Per position of one of our elementwise kernels in a layer, over the middle layers: the most of its CTAs on
+    one SM and the SMs they used (medians over the layers), and its CTAs' mean end after the launch's first wait
+    (us) by how many of its CTAs shared their SM. A PDL launch's CTAs go to the SMs the kernel before it has left,
+    as many to an SM as fit (docs/experiments/README.md, item 59)."""
+    rows = {}
+    for i in middle_layers(layers):
+        layer = layers[i]
+        for pos, launch in enumerate(layer):
+            if launch["name"] in GEMMS:
+                continue
+            ctas = launch["ctas"]
+            label = launch["name"] + (f" -> {layer[pos + 1]['name']}" if pos + 1 < len(layer) else "")
+            row = rows.setdefault((pos, label), {"most": [], "sms": [], "ends": defaultdict(list)})
+            per_sm = Counter(int(sm) for sm in ctas["smid"])
+            row["most"].append(max(per_sm.values()))
+            row["sms"].append(len(per_sm))
+            wait = int(ctas["t"][:, 1].min())
+            for r in ctas:
+                row["ends"][per_sm[int(r["smid"])]].append((int(r["t"][4]) - wait) / 1e3)
+    return [{"kernel": label, "most_per_sm": statistics.median(row["most"]), "sms": statistics.median(row["sms"]),
+             "end_us_by_count": {n: (statistics.fmean(v), len(v)) for n, v in sorted(row["ends"].items())}}
+            for (pos, label), row in sorted(rows.items())]
+
+
 def bandwidth_spans(summary: List[dict], classes: Dict[tuple, str], copy_gbps: float) -> List[dict]:
     """Per GEMM of the layer (summary's mean positions), the span that ends with its last CTA and starts with the
     previous GEMM's last end, or later where none of our kernels ran in between (attention, before o's
@@ -235,8 +260,8 @@ def bandwidth_spans(summary: List[dict], classes: Dict[tuple, str], copy_gbps: f
     return spans
 
 
-def summary_text(summary: List[dict], pairs: List[dict], by_sm: List[dict], spans: List[dict], copy_gbps: float,
-                 title: str) -> str:
+def summary_text(summary: List[dict], pairs: List[dict], by_sm: List[dict], packing: List[dict], spans: List[dict],
+                 copy_gbps: float, title: str) -> str:
     counted = f"the {summary[0]['layers']} middle layers of the most common shape" if summary else "no layers"
     lines = [title, "", f"us from the end of the previous layer's down GEMM, mean over {counted}",
              "", f"{'pos':>3} {'kernel':8} {'enter first/med/last':>22} {'wait first/last':>16} "
@@ -259,6 +284,11 @@ def summary_text(summary: List[dict], pairs: List[dict], by_sm: List[dict], span
     for row in by_sm:
         lines.append(f"  {row['gemm']:8} " + " ".join(f"{v:6.1f}" for v in row["percentiles"].values())
                      + f"   early: {row['fast_sms'] or '-'}")
+    lines += ["", "CTAs per SM of our elementwise kernels: the most on one SM and the SMs used (medians over the "
+              "layers); the CTAs' mean end after the launch's wait (us) by how many shared their SM"]
+    for row in packing:
+        lines.append(f"  {row['kernel']:18} most {row['most_per_sm']:g}, SMs {row['sms']:g}: " + ", ".join(
+            f"{n} on an SM {us:.2f} ({count})" for n, (us, count) in row["end_us_by_count"].items()))
     if spans:
         ours = sum(span["us"] for span in spans)
         lines += ["", f"Spans ending with each GEMM against its weights at the copy bandwidth ({copy_gbps:.0f} GB/s), us",
@@ -287,8 +317,8 @@ def summarize_file(path: Path, copy_gbps: float = None) -> str:
                 f"{meta['step_ms']:.3f} ms (diagnostic build, untraced replays' median)"
         summary = layer_summary(layers)
         spans = bandwidth_spans(summary, classes, copy_gbps) if copy_gbps else []
-        texts.append(summary_text(summary, handoffs(layers), stream_ends_by_sm(layers), spans, copy_gbps or 0.0,
-                                  title))
+        texts.append(summary_text(summary, handoffs(layers), stream_ends_by_sm(layers), elementwise_packing(layers),
+                                  spans, copy_gbps or 0.0, title))
     return "\n".join(texts)
 
 

@@ -621,7 +621,8 @@ def test_decode_trace_summary(tmp_path):
                 fast = 5000 if (n, k) == gate_up[1:3] and block == 0 else 0  # gate_up's SM 0 streams faster
                 marks = (entry, t + 1000, t + 2000 if kind == 4 else 0, t + length - 900 - fast if kind == 4 else 0,
                          t + length - 500 + 100 * block)
-                records.append((marks, kind, n, k, m, grid - 1 - block, block, grid, 0))
+                sm = 0 if kind == 1 else block  # the RMSNorm's two CTAs on one SM, the others on their own
+                records.append((marks, kind, n, k, m, grid - 1 - block, sm, grid, 0))
             t, previous = t + length, length
     records.append(((0, 0, 0, 0, 0), 0, 0, 0, 0, 0, 0, 0, 0))  # a slot claimed by a CTA with no work
     trace = np.array(records, dtype=module.RECORD)
@@ -656,6 +657,12 @@ def test_decode_trace_summary(tmp_path):
     by_sm = {row["gemm"]: row for row in module.stream_ends_by_sm(layers)}
     assert by_sm["gate_up"]["fast_sms"] == [0] and by_sm["gate_up"]["percentiles"][0] == pytest.approx(-5.0)
     assert all(by_sm[g]["fast_sms"] == [] and by_sm[g]["percentiles"][0] == 0 for g in ("qkv", "o", "down"))
+    packing = {row["kernel"]: row for row in module.elementwise_packing(layers)}
+    assert list(packing) == ["rmsnorm -> qkv", "quant -> o", "rmsnorm -> gate_up", "swiglu -> down"]
+    assert packing["rmsnorm -> qkv"]["most_per_sm"] == 2 and packing["rmsnorm -> qkv"]["sms"] == 1
+    # Its CTAs end 3.5 and 3.6 us after its wait (start + 1 us), in the 7 middle layers (with the short one)
+    assert packing["rmsnorm -> qkv"]["end_us_by_count"] == {2: (pytest.approx(3.55), 14)}
+    assert packing["swiglu -> down"]["most_per_sm"] == 1 and packing["swiglu -> down"]["sms"] == 3
     # Spans ending with each GEMM: from the GEMM before, or from the quantization's entry after attention.
     spans = module.bandwidth_spans(rows, module.gemm_classes(shard), copy_gbps=1.0)  # 1 byte a ns
     assert [span["span"] for span in spans] == ["rmsnorm, qkv", "quant, o", "rmsnorm, gate_up", "swiglu, down"]
