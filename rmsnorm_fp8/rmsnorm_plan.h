@@ -56,7 +56,7 @@ constexpr int64_t kClusterMinRowSlots = 1024;
 constexpr int kClusterMinCtaWarps = 2;
 // CTAs of the cluster kernel one SM may hold (common/plan.h, smem_for_ctas_per_sm). In a decode step the
 // kernel launches while the GEMM before it still holds most SMs, and the block scheduler would stack its CTAs
-// on the few SMs that GEMM has left: at batch 32 on an H100, 6 CTAs on each of about 40 SMs, which ended 2-3 us
+// on the few SMs that GEMM has left: at batch 32 on an H100, up to 6 CTAs on each of 24-42 SMs, which ended 2-3 us
 // after CTAs alone on an SM (presumably their bytes queue at the SM's one path to L2). Held to 2 they spread
 // over twice the SMs: the 405B decode step ran 0.26-0.28 ms faster at batch 32 and 0.17-0.22 ms at batch 1 and
 // 8; 1 or 3 were slower or level (docs/experiments/README.md, item 59).
