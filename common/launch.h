@@ -155,12 +155,16 @@ int max_active_blocks_per_sm(void (*kernel)(Params...), int threads, int smem_by
   return it->second;
 }
 
-// Lets `kernel` take `bytes` of dynamic shared memory a launch: past 48 KB, NVIDIA's launches and occupancy
-// queries need this opt-in first (up to DeviceProps::max_smem_per_block); on AMD it is the LDS limit as set.
-// The limit only rises (launches of one kernel with other sizes keep theirs); a launch within it pays a map
-// lookup.
+// Dynamic shared memory a kernel may use without opting in.
+constexpr int kDefaultDynamicSmem = 48 * 1024;
+
+// Lets `kernel` take `bytes` of dynamic shared memory a launch: past kDefaultDynamicSmem, NVIDIA's launches and
+// occupancy queries need this opt-in first (up to DeviceProps::max_smem_per_block); on AMD it is the LDS limit as
+// set. Within the default it does nothing; the limit only rises (launches of one kernel with other sizes keep
+// theirs), and a launch within it pays a map lookup.
 template <class... Params>
 void allow_dynamic_smem(void (*kernel)(Params...), int bytes) {
+  if (bytes <= kDefaultDynamicSmem) return;
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, int> allowed;  // (kernel, device) -> the limit set
   const void* f = reinterpret_cast<const void*>(kernel);

@@ -38,7 +38,7 @@ RmsNormPlan plan(const fp8dk::RmsNormProblem& s) {
   overrides = fp8dk::rms_norm_overrides();
   occupancy.active_clusters = [](const RmsNormPlan& c) {
     const auto kernel = cluster_kernel<In, Out, kResidual>(c);
-    if (c.smem_bytes > 48 * 1024) fp8dk::allow_dynamic_smem(kernel, c.smem_bytes);
+    fp8dk::allow_dynamic_smem(kernel, c.smem_bytes);
     return fp8dk::max_active_clusters(reinterpret_cast<const void*>(kernel), dim3(c.cluster_ctas),
                                       static_cast<int>(c.block.x), c.smem_bytes);
   };
@@ -66,7 +66,7 @@ void launch(RmsNormParams p, const fp8dk::RmsNormProblem& s, cudaStream_t stream
       break;
     case RmsNormKernel::kLongRow: {
       auto* kernel = &fp8dk::rms_norm_long_row_kernel<In, Out, kResidual>;
-      if (l.smem_bytes > 48 * 1024) fp8dk::allow_dynamic_smem(kernel, l.smem_bytes);
+      fp8dk::allow_dynamic_smem(kernel, l.smem_bytes);
       fp8dk::launch_kernel(kernel, shape, stream, p);
       break;
     }

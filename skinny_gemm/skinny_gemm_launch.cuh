@@ -19,8 +19,6 @@
 
 namespace fp8dk::skinny {
 
-constexpr int kDefaultSmemLimit = 48 * 1024;  // dynamic shared memory a kernel may use without opting in
-
 struct Args {
   const unsigned char* a;
   const unsigned char* b;
@@ -141,14 +139,14 @@ class KernelsOf final : public Kernels {
  public:
   int ctas_per_sm(int mp, int lb, int smem) const override {
     auto* kernel = portable_kernel<Ab, Out>(mp, lb);
-    if (smem > kDefaultSmemLimit) fp8dk::allow_dynamic_smem(kernel, smem);
+    fp8dk::allow_dynamic_smem(kernel, smem);
     return fp8dk::max_active_blocks_per_sm(kernel, kThreads, smem);
   }
 
   int clusters_at_once(int mp, int lb, int smem, int split) const override {
 #if defined(FP8DK_NVIDIA)
     auto* kernel = portable_kernel<Ab, Out>(mp, lb);
-    if (smem > kDefaultSmemLimit) fp8dk::allow_dynamic_smem(kernel, smem);
+    fp8dk::allow_dynamic_smem(kernel, smem);
     return fp8dk::max_active_clusters(reinterpret_cast<const void*>(kernel), dim3(1, split, 1), kThreads, smem);
 #else
     return 0;
