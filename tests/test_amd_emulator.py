@@ -14,6 +14,7 @@ import importlib.util
 import itertools
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -115,7 +116,11 @@ def emulate(tmp_path, target, op, buffers, **params):
     if r.returncode != 0:
         raise AssertionError(f"emulator run failed (exit {r.returncode}): {' '.join(args[1:])}\n"
                              f"{r.stdout[-2000:]}\n{r.stderr[-6000:]}")
-    return {n: from_span((d / f"{n}.bin.out").read_bytes(), t) for n, t in shapes.items()}, r.stdout
+    outs = {n: from_span((d / f"{n}.bin.out").read_bytes(), t) for n, t in shapes.items()}
+    # A failed run keeps its files for a look; a finished one frees its buffers (the suite's runs write about
+    # 0.5 GB, and CI's temporary disk is not ours alone).
+    shutil.rmtree(d)
+    return outs, r.stdout
 
 
 def plan_of(stdout: str) -> dict:
