@@ -52,6 +52,10 @@ CAPACITY = 1 << 19  # diag_trace.cuh, kCapacity
 EDGE_LAYERS = 5  # left out at each end of the step
 GEMMS = ("qkv", "o", "gate_up", "down")
 FAST_SM_US = 3.0  # an SM whose CTAs end their stream this much before the median, on average, is listed
+# A PDL release is read apart for layers where the next kernel's CTAs had entered (median) at least this long
+# before the kernel it waits for ended: a GEMM's first requests, issued at entry, have then left the DRAM queue
+# (docs/experiments/README.md, item 60).
+SETTLED_US = 4.0
 
 
 def parse_args(argv=None):
@@ -142,15 +146,20 @@ def middle_layers(layers: List[List[dict]]) -> List[int]:
     return list(range(edge, len(layers) - edge)) or list(range(1, len(layers)))
 
 
-def layer_summary(layers: List[List[dict]]) -> List[dict]:
-    """Per position in a layer, the mean over the middle layers of launch_marks, from the end of the GEMM before
-    the layer (the previous layer's down). Only the layers of the most common sequence of kernels count (a lost or
-    misplaced launch would shift the positions of its layer)."""
+def usual_layers(layers: List[List[dict]]) -> List[int]:
+    """The middle layers of the most common sequence of kernels (a lost or misplaced launch would shift the
+    positions of its layer)."""
     middle = middle_layers(layers)
     shape = Counter(tuple(launch["name"] for launch in layers[i]) for i in middle).most_common(1)[0][0]
-    middle = [i for i in middle if tuple(launch["name"] for launch in layers[i]) == shape]
-    per_position = defaultdict(list)
-    for i in middle:
+    return [i for i in middle if tuple(launch["name"] for launch in layers[i]) == shape]
+
+
+def layer_summary(layers: List[List[dict]]) -> List[dict]:
+    """Per position in a layer, the mean over usual_layers of launch_marks, from the end of the GEMM before the
+    layer (the previous layer's down)."""
+    per_position, usual = defaultdict(list), usual_layers(layers)
+    names = [launch["name"] for launch in layers[usual[0]]]
+    for i in usual:
         origin = int(layers[i - 1][-1]["ctas"]["t"][:, 4].max())
         for pos, launch in enumerate(layers[i]):
             per_position[pos].append(launch_marks(launch["ctas"], origin))
@@ -158,7 +167,7 @@ def layer_summary(layers: List[List[dict]]) -> List[dict]:
     for pos, marks in sorted(per_position.items()):
         mean = {key: {stat: statistics.fmean(m[key][stat] for m in marks) for stat in marks[0][key]}
                 for key in marks[0]}
-        rows.append({"position": pos, "name": shape[pos], "layers": len(marks), **mean})
+        rows.append({"position": pos, "name": names[pos], "layers": len(marks), **mean})
     return rows
 
 
@@ -189,6 +198,35 @@ def handoffs(layers: List[List[dict]]) -> List[dict]:
                 per_pair[(before["name"], between["name"], after["name"])].append((int(r["t"][0]) - left[sm]) / 1e3)
     return [{"before": b, "between": k, "after": a, "median_us": statistics.median(v), "last_us": max(v),
              "sms": len(v)} for (b, k, a), v in per_pair.items()]
+
+
+def releases(layers: List[List[dict]]) -> List[dict]:
+    """Per pair of consecutive launches of usual_layers (each layer from the previous layer's down), but for qkv
+    and the quantization, between which attention runs (torch's kernels, not traced): the next launch's first
+    PDL wait return less the last CTA end of the launch it waits for (us), its median and 90th percentile, and
+    its median apart for the layers where the next launch's median CTA entered less than / at least SETTLED_US
+    before that end. The wait returns once the grid before has completed and its memory operations are
+    visible; item 60 reads the difference."""
+    per_pair = defaultdict(list)
+    for i in usual_layers(layers):
+        chain = layers[i - 1][-1:] + layers[i]
+        for before, after in zip(chain, chain[1:]):
+            if before["name"] == "qkv":
+                continue
+            last_end = int(before["ctas"]["t"][:, 4].max())
+            t = after["ctas"]["t"].astype(np.int64)
+            release = (int(t[:, 1].min()) - last_end) / 1e3
+            entered_before = (last_end - int(np.sort(t[:, 0])[len(t) // 2])) / 1e3
+            per_pair[(before["name"], after["name"])].append((release, entered_before >= SETTLED_US))
+    rows = []
+    for (before, after), values in per_pair.items():
+        all_us = [us for us, _ in values]
+        split = {settled: [us for us, s in values if s == settled] for settled in (False, True)}
+        rows.append({"before": before, "after": after, "median_us": statistics.median(all_us),
+                     "p90_us": float(np.percentile(all_us, 90)),
+                     "unsettled": (statistics.median(split[False]), len(split[False])) if split[False] else None,
+                     "settled": (statistics.median(split[True]), len(split[True])) if split[True] else None})
+    return rows
 
 
 def stream_ends_by_sm(layers: List[List[dict]]) -> List[dict]:
@@ -260,8 +298,8 @@ def bandwidth_spans(summary: List[dict], classes: Dict[tuple, str], copy_gbps: f
     return spans
 
 
-def summary_text(summary: List[dict], pairs: List[dict], by_sm: List[dict], packing: List[dict], spans: List[dict],
-                 copy_gbps: float, title: str) -> str:
+def summary_text(summary: List[dict], pairs: List[dict], released: List[dict], by_sm: List[dict], packing: List[dict],
+                 spans: List[dict], copy_gbps: float, title: str) -> str:
     counted = f"the {summary[0]['layers']} middle layers of the most common shape" if summary else "no layers"
     lines = [title, "", f"us from the end of the previous layer's down GEMM, mean over {counted}",
              "", f"{'pos':>3} {'kernel':8} {'enter first/med/last':>22} {'wait first/last':>16} "
@@ -279,6 +317,16 @@ def summary_text(summary: List[dict], pairs: List[dict], by_sm: List[dict], pack
     for pair in pairs:
         lines.append(f"  {pair['before']:>7} -> {pair['between']:8} -> {pair['after']:7}: median "
                      f"{pair['median_us']:.2f}, last {pair['last_us']:.2f} over {pair['sms']} SM-layers")
+    lines += ["", "PDL release: the next kernel's first wait return after the last CTA end of the one it waits for "
+              "(us), median / p90 over the layers, and the median where the next kernel's median CTA entered less "
+              f"than / at least {SETTLED_US:.0f} us before that end (count)"]
+
+    def part(value):
+        return f"{value[0]:5.2f} ({value[1]})" if value else "    - (0)"
+    for row in released:
+        lines.append(f"  {row['before']:>7} -> {row['after']:8} {row['median_us']:5.2f} / {row['p90_us']:5.2f}   "
+                     f"entered < {SETTLED_US:.0f} us before: {part(row['unsettled'])}, "
+                     f">= {SETTLED_US:.0f} us: {part(row['settled'])}")
     lines += ["", f"Stream ends by SM: per SM, its CTAs' mean stream end less the launch's median (us), percentiles "
               f"0/10/50/90/100 over the SMs, and the SMs more than {FAST_SM_US:.0f} us early"]
     for row in by_sm:
@@ -317,8 +365,8 @@ def summarize_file(path: Path, copy_gbps: float = None) -> str:
                 f"{meta['step_ms']:.3f} ms (diagnostic build, untraced replays' median)"
         summary = layer_summary(layers)
         spans = bandwidth_spans(summary, classes, copy_gbps) if copy_gbps else []
-        texts.append(summary_text(summary, handoffs(layers), stream_ends_by_sm(layers), elementwise_packing(layers),
-                                  spans, copy_gbps or 0.0, title))
+        texts.append(summary_text(summary, handoffs(layers), releases(layers), stream_ends_by_sm(layers),
+                                  elementwise_packing(layers), spans, copy_gbps or 0.0, title))
     return "\n".join(texts)
 
 

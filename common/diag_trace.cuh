@@ -82,6 +82,19 @@ __device__ __forceinline__ void write(unsigned i, unsigned long long (&t)[5], un
   } while (0)
 #define FP8DK_TRACE_END(kind, n, k, m) \
   ::fp8dk::trace::write(fp8dk_trace_slot, fp8dk_trace_t, ::fp8dk::trace::kind, unsigned(n), unsigned(k), unsigned(m))
+// With -DFP8DK_DIAG_TRACE_DRAIN as well, in a kernel whose every thread reaches its end: the end mark waits until
+// the CTA's stores are visible to the whole GPU (each thread's fence, then the CTA's barrier). The next kernel's
+// PDL wait returns once the grid has completed and its stores are visible, so this tells the drain of a kernel's
+// stores from the rest of that release (docs/experiments/README.md, item 60).
+#if defined(FP8DK_DIAG_TRACE_DRAIN)
+#define FP8DK_TRACE_DRAIN() \
+  do {                      \
+    __threadfence();        \
+    __syncthreads();        \
+  } while (0)
+#else
+#define FP8DK_TRACE_DRAIN() ((void)0)
+#endif
 
 // Host side, once per translation unit: copies up to `capacity` records into `host` and empties the buffer;
 // returns how many the kernels wrote since the last call (more than `capacity`, or than kCapacity, were lost).
@@ -104,5 +117,6 @@ __device__ __forceinline__ void write(unsigned i, unsigned long long (&t)[5], un
 #define FP8DK_TRACE_MARK(i) ((void)0)
 #define FP8DK_TRACE_MARK_FIRST(i) ((void)0)
 #define FP8DK_TRACE_END(kind, n, k, m) ((void)0)
+#define FP8DK_TRACE_DRAIN() ((void)0)
 #define FP8DK_TRACE_EXPORT(module)
 #endif

@@ -491,6 +491,7 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   const float inv = inv_rms(total, p.hidden, p.eps);
 #pragma unroll
   for (int j = 0; j < kSlots; ++j) normalize_store(row, t + j * threads, v[j], w[j], inv, scale);
+  FP8DK_TRACE_DRAIN();
   FP8DK_TRACE_END(kRmsNorm, p.hidden, p.rows, 0);
 }
 

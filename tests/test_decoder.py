@@ -598,7 +598,7 @@ def test_decode_trace_summary(tmp_path):
     layers of our 8 kernels, each CTA's marks placed by hand. A GEMM's first CTAs enter long before its others on
     SMs the GEMM before left idle, so launches are told apart by block index, not by gaps in time; every position
     reads back its marks, from the end of the previous layer's down GEMM; the SM hand-offs pair each GEMM's CTA
-    with the one that left its SM."""
+    with the one that left its SM; each PDL release is the next launch's first wait after the last CTA end."""
     module = benchmark_module("decode_trace")
     shard = {"hidden": 64, "heads": 2, "kv_heads": 1, "head_dim": 16, "intermediate": 96}
     # (kind, n, k, m, grid) and, relative to the launch's start, entry, wait, stage, stream, end in ns
@@ -619,7 +619,8 @@ def test_decode_trace_summary(tmp_path):
                 else:
                     entry = t + 100 * block
                 fast = 5000 if (n, k) == gate_up[1:3] and block == 0 else 0  # gate_up's SM 0 streams faster
-                marks = (entry, t + 1000, t + 2000 if kind == 4 else 0, t + length - 900 - fast if kind == 4 else 0,
+                wait = t + 1000 + 10 * block  # the first wait is block 0's
+                marks = (entry, wait, t + 2000 if kind == 4 else 0, t + length - 900 - fast if kind == 4 else 0,
                          t + length - 500 + 100 * block)
                 sm = 0 if kind == 1 else block  # the RMSNorm's two CTAs on one SM, the others on their own
                 records.append((marks, kind, n, k, m, grid - 1 - block, sm, grid, 0))
@@ -654,6 +655,19 @@ def test_decode_trace_summary(tmp_path):
                           ("down", "rmsnorm", "qkv")}
     # gate_up's CTA on SM s enters at its start + 100 s; o's left SM s at o's start + 12000 - 500 + 100 s
     assert pairs[("o", "rmsnorm", "gate_up")]["median_us"] == pytest.approx(5.0 + 0.5)
+    # PDL releases: a launch's first wait at its start + 1 us, the last CTA of a launch of g CTAs ending at its end
+    # - 0.5 + 0.1 (g - 1) us; the RMSNorms entered 27.7 / 9.3 us before the GEMM before them ended, every other
+    # launch's median CTA after it. qkv -> quantization (attention between) is left out.
+    released = {(r["before"], r["after"]): r for r in module.releases(layers)}
+    expected = {("down", "rmsnorm"): (1.2, True), ("rmsnorm", "qkv"): (1.4, False), ("quant", "o"): (1.5, False),
+                ("o", "rmsnorm"): (1.2, True), ("rmsnorm", "gate_up"): (1.4, False),
+                ("gate_up", "swiglu"): (1.2, False), ("swiglu", "down"): (1.3, False)}
+    assert set(released) == set(expected)
+    for pair, (us, settled) in expected.items():
+        row = released[pair]
+        assert row["median_us"] == pytest.approx(us) and row["p90_us"] == pytest.approx(us)
+        assert row["settled" if settled else "unsettled"] == (pytest.approx(us), 6)
+        assert row["unsettled" if settled else "settled"] is None
     by_sm = {row["gemm"]: row for row in module.stream_ends_by_sm(layers)}
     assert by_sm["gate_up"]["fast_sms"] == [0] and by_sm["gate_up"]["percentiles"][0] == pytest.approx(-5.0)
     assert all(by_sm[g]["fast_sms"] == [] and by_sm[g]["percentiles"][0] == 0 for g in ("qkv", "o", "down"))
