@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 PY=.venv/bin/python
+# Temporary files (pytest's folders and output capture, Inductor's cache, compilers) go under the ignored build/,
+# on the checkout's disk, not into the machine's /tmp, which may be smaller (a RAM disk).
+export TMPDIR="$PWD/build/tmp"
+mkdir -p "$TMPDIR"
 "$PY" tools/build.py
 # With a CUDA or ROCm torch, the "cpu" test cases need the CPU variant too.
 if [ "$("$PY" -c 'import torch; print(torch.version.cuda or torch.version.hip or "")')" != "" ]; then
