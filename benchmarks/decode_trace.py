@@ -52,9 +52,9 @@ CAPACITY = 1 << 19  # diag_trace.cuh, kCapacity
 EDGE_LAYERS = 5  # left out at each end of the step
 GEMMS = ("qkv", "o", "gate_up", "down")
 FAST_SM_US = 3.0  # an SM whose CTAs end their stream this much before the median, on average, is listed
-# A PDL release is read apart for layers where the next kernel's CTAs had entered (median) at least this long
-# before the kernel it waits for ended: a GEMM's first requests, issued at entry, have then left the DRAM queue
-# (docs/experiments/README.md, item 60).
+# PDL releases are also read apart for the layers where the next kernel's median CTA had entered at least this
+# long before the kernel it waits for ended: a GEMM issues its first requests at entry, and the release after an
+# RMSNorm was slow while they were younger than this (docs/experiments/README.md, item 60).
 SETTLED_US = 4.0
 
 

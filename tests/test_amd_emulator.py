@@ -117,8 +117,8 @@ def emulate(tmp_path, target, op, buffers, **params):
         raise AssertionError(f"emulator run failed (exit {r.returncode}): {' '.join(args[1:])}\n"
                              f"{r.stdout[-2000:]}\n{r.stderr[-6000:]}")
     outs = {n: from_span((d / f"{n}.bin.out").read_bytes(), t) for n, t in shapes.items()}
-    # A failed run keeps its files for a look; a finished one frees its buffers (the suite's runs write about
-    # 0.5 GB, and CI's temporary disk is not ours alone).
+    # A failed run keeps its files for a look; a finished one frees its buffers (the suite's runs wrote about
+    # 0.5 GB into pytest's temporary folder).
     shutil.rmtree(d)
     return outs, r.stdout
 
