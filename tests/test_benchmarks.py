@@ -168,15 +168,17 @@ def test_env_baseline_sets_its_variable_per_call(monkeypatch):
 # ------------------------------------------------- the measurement tools that only a GPU runs: CI builds them
 
 
-def test_stream_ceiling_compiles(tmp_path):
-    """benchmarks/stream_ceiling.cu (BENCHMARKS.md's stream ceiling) runs only on an H100/H200, but it is built
-    on the kernels' own load, PDL, unpack and MMA headers: compiled here with BENCHMARKS.md's command, so a
-    change to those headers that breaks it fails CI instead of the next GPU session."""
+@pytest.mark.parametrize("tool", ["stream_ceiling.cu", "fence_under_flood.cu"])
+def test_cuda_tool_compiles(tmp_path, tool):
+    """benchmarks/stream_ceiling.cu (BENCHMARKS.md's stream ceiling) and fence_under_flood.cu (docs/experiments
+    item 60) run only on an H100/H200; stream_ceiling is built on the kernels' own load, PDL, unpack and MMA
+    headers. Both are compiled here with the command their headers give, so a change that breaks one fails CI
+    instead of the next GPU session."""
     from .test_compile_check import check, require_tools
 
     require_tools("sm_90a")
     cmd = [str(check.find_nvcc()), "-O3", "-std=c++20", f"-I{REPO_ROOT}", "-gencode", "arch=compute_90a,code=sm_90a",
-           "-c", str(BENCHMARKS / "stream_ceiling.cu"), "-o", str(tmp_path / "stream_ceiling.o")]
+           "-c", str(BENCHMARKS / tool), "-o", str(tmp_path / "tool.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
 
