@@ -91,9 +91,12 @@ __global__ void __launch_bounds__(kThreads) probe_kernel(const char* flood, size
                                                          unsigned* arrived, unsigned long long* flood_t,
                                                          ProbeResult* out) {
   __shared__ unsigned long long t0;
+  // The chains' last values go to shared memory before the clock is read again: in-order issue then reads it
+  // only once the last load has returned (a clock read alone would not wait for it).
+  __shared__ volatile int sink;
   const bool flooder = blockIdx.x < kFloodCtas;
   const int probe = blockIdx.x - kFloodCtas;
-  if (!flooder && threadIdx.x == 0) chase(l2_chain, 32);  // warm the L2 chain
+  if (!flooder && threadIdx.x == 0) sink = chase(l2_chain, 32);  // the L2 chain, into L2 before the flood
   if (threadIdx.x == 0) {
     atomicAdd(arrived, 1u);
     while (atomicAdd(arrived, 0u) < gridDim.x) {
@@ -112,9 +115,6 @@ __global__ void __launch_bounds__(kThreads) probe_kernel(const char* flood, size
   }
   __syncthreads();
   ProbeResult r{};
-  // The chains' last values go to shared memory before the clock is read again: in-order issue then reads it
-  // only once the last load has returned (a clock read alone would not wait for it).
-  __shared__ volatile int sink;
   if (threadIdx.x == 0) {
     r.age_ns = static_cast<long long>(global_ns() - t0);
     long long c = clock64();
