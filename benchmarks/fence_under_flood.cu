@@ -81,14 +81,15 @@ __device__ void issue_flood(const char* flood, size_t bytes, int cta, int ctas) 
 
 struct ProbeResult {
   long long fence, l2, dram, stores;  // SM cycles (l2, dram: per hop)
-  long long age_ns;                   // the flood's age at the first fence, measured
+  long long age_ns;                   // the flood's age when the fence is issued, measured
 };
 
 // The flood CTAs (blockIdx.x < kFloodCtas) and the probes, one CTA per SM (the launch asks for enough shared memory),
-// all resident before anything starts: `arrived` counts them (zeroed before each launch).
+// all resident before anything starts: `arrived` counts them, and the last to arrive sets `go`, a global-timer
+// time 2 us ahead that every CTA waits for (both zeroed before each launch), so the flood's age is one clock's.
 __global__ void __launch_bounds__(kThreads) probe_kernel(const char* flood, size_t flood_bytes, long long age_ns,
                                                          const int* l2_chain, const int* dram_chain, float4* stores,
-                                                         unsigned* arrived, unsigned long long* flood_t,
+                                                         unsigned* arrived, unsigned long long* go,
                                                          ProbeResult* out) {
   __shared__ unsigned long long t0;
   // The chains' last values go to shared memory before the clock is read again: in-order issue then reads it
@@ -98,14 +99,16 @@ __global__ void __launch_bounds__(kThreads) probe_kernel(const char* flood, size
   const int probe = blockIdx.x - kFloodCtas;
   if (!flooder && threadIdx.x == 0) sink = chase(l2_chain, 32);  // the L2 chain, into L2 before the flood
   if (threadIdx.x == 0) {
-    atomicAdd(arrived, 1u);
-    while (atomicAdd(arrived, 0u) < gridDim.x) {
+    if (atomicAdd(arrived, 1u) == gridDim.x - 1) atomicExch(go, global_ns() + 2000);
+    unsigned long long start;
+    while ((start = load_relaxed(go)) == 0) {
     }
-    t0 = global_ns();
+    while (global_ns() < start) {
+    }
+    t0 = start;
   }
   __syncthreads();
   if (flooder) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) *flood_t = t0;
     if (threadIdx.x < 32 && flood_bytes) issue_flood(flood, flood_bytes, blockIdx.x, kFloodCtas);
     return;
   }
@@ -254,6 +257,7 @@ int main() {
         const char* flood = cursor.take(bytes);
         const int* chain = dram_chain + size_t(dram_round++ % 64) * kProbeCtas * kHops * (kHopStride / sizeof(int));
         CHECK(cudaMemset(arrived, 0, sizeof(unsigned)));
+        CHECK(cudaMemset(flood_t, 0, sizeof(unsigned long long)));  // `go` of the probe launch
         probe_kernel<<<kFloodCtas + kProbeCtas, kThreads, probe_smem>>>(flood, bytes, age, l2_chain, chain, stores,
                                                                          arrived, flood_t, probes);
         CHECK(cudaGetLastError());
