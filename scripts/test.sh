@@ -16,7 +16,10 @@ mkdir -p "$TMPDIR"
 if [ "$("$PY" -c 'import torch; print(torch.version.cuda or torch.version.hip or "")')" != "" ]; then
   "$PY" tools/build.py --backend cpu
 fi
-"$PY" -m pytest tests -q "$@"
+# pytest's output also goes to build/pytest.log, from which .ci/run names the failed tests again at the end of a
+# failed run's log (the last lines of a log are what a CI report keeps).
+PYTEST_LOG=build/pytest.log
+"$PY" -m pytest tests -q "$@" 2>&1 | tee "$PYTEST_LOG"
 
 # The CPU op tests once more on the other CPU code path: ATEN_CPU_CAPABILITY=default selects the baseline x86-64
 # code in ATen and in our CPU kernels (common/cpu_simd.h), where the run above took the machine's AVX2 code, so
@@ -29,5 +32,6 @@ if [ $# -eq 0 ]; then
   trap 'rm -rf "$INDUCTOR_CACHE"' EXIT
   ATEN_CPU_CAPABILITY=default TORCHINDUCTOR_CACHE_DIR="$INDUCTOR_CACHE" "$PY" -m pytest -q -k "cpu or meta" \
     tests/test_cpu_paths.py tests/test_devices.py tests/test_nan_rule.py tests/test_skinny_gemm.py \
-    tests/test_rmsnorm.py tests/test_swiglu.py tests/test_quant_fp8.py tests/test_llama_kernelize.py
+    tests/test_rmsnorm.py tests/test_swiglu.py tests/test_quant_fp8.py tests/test_llama_kernelize.py 2>&1 |
+    tee -a "$PYTEST_LOG"
 fi
