@@ -214,9 +214,9 @@ def releases(layers: List[List[dict]]) -> List[dict]:
             if before["name"] == "qkv":
                 continue
             last_end = int(before["ctas"]["t"][:, 4].max())
-            t = after["ctas"]["t"].astype(np.int64)
-            release = (int(t[:, 1].min()) - last_end) / 1e3
-            entered_before = (last_end - int(np.sort(t[:, 0])[len(t) // 2])) / 1e3
+            t = after["ctas"]["t"]
+            release = stats_us(t[:, 1], last_end)["first"]
+            entered_before = -stats_us(t[:, 0], last_end)["median"]
             per_pair[(before["name"], after["name"])].append((release, entered_before >= SETTLED_US))
     rows = []
     for (before, after), values in per_pair.items():
