@@ -22,19 +22,12 @@
 // whose results go to benchmarks/results/.
 #include <cuda_runtime.h>
 
+#include "benchmarks/cuda_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 namespace {
 

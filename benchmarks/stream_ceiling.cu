@@ -20,6 +20,7 @@
 // FP8 unpack and MMA are the kernels' own (common/, skinny_gemm/), so it measures with the same instructions.
 #include <cuda_runtime.h>
 
+#include "benchmarks/cuda_check.h"
 #include "common/grid_dependency.cuh"
 #include "common/vec.cuh"
 #include "skinny_gemm/skinny_gemm_mma_nv.cuh"
@@ -28,15 +29,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 using fp8dk::Pack;
 using V4 = Pack<16>;
