@@ -11,8 +11,13 @@
 //   cluster_arrive_relaxed()  arrives without ordering memory: only says "this thread got here"
 //   cluster_wait()            waits until every thread of the cluster has arrived (acquire)
 //   cluster_sync()            cluster_arrive() + cluster_wait(): a barrier over the cluster
-//   store_cluster_shared(p, rank, v) / load_cluster_shared(p, rank)
+//   load_cluster_shared(p, rank)
 //                             the float at shared-memory address p, but in the CTA of cluster rank `rank`
+//   store_cluster_shared_async(p, rank, v, landed)
+//                             a store of v there through the asynchronous proxy (st.async): once it has landed it
+//                             completes 4 bytes of the mbarrier at `landed` in that CTA, with release semantics at
+//                             cluster scope, and the storing thread waits for nothing (no fence). The receiver
+//                             arms its mbarrier with the bytes it expects and waits for it (cluster_landed_wait).
 //
 // An arrive and a wait split one barrier phase, so that work between them overlaps the other CTAs' arrival;
 // they alternate, and every thread of every CTA of the cluster takes part in each (the .aligned forms: a
@@ -22,7 +27,8 @@
 //
 // Cost on sm_90 (SASS): a release arrive waits for every earlier memory operation of the thread, global
 // stores included (MEMBAR.ALL.GPU), so issue global stores that need no ordering after it; a relaxed arrive
-// is a single UCGABAR_ARV; a wait is UCGABAR_WAIT plus an L1 invalidation (CCTL.IVALL).
+// is a single UCGABAR_ARV; a wait is UCGABAR_WAIT plus an L1 invalidation (CCTL.IVALL). An exchange through
+// store_cluster_shared_async and an mbarrier needs no MEMBAR at all.
 //
 // Where clusters do not exist (NVIDIA before sm_90, AMD, the host pass) the cluster is the CTA alone: rank 0 of
 // 1, cluster_index() is blockIdx.x, a barrier phase is the block barrier (arrives do nothing, a wait is
@@ -100,13 +106,36 @@ FP8DK_DEVICE unsigned cluster_shared_address(const void* p, unsigned rank) {
 }  // namespace detail
 #endif
 
-FP8DK_DEVICE void store_cluster_shared(float* p, unsigned rank, float v) {
+// `landed` (an mbarrier of this CTA, initialized before the cluster barrier phase that precedes the store) at the
+// same offset in the CTA of rank `rank` counts the store's 4 bytes.
+FP8DK_DEVICE void store_cluster_shared_async(float* p, unsigned rank, float v, uint64_t* landed) {
 #if defined(FP8DK_SM90)
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(detail::cluster_shared_address(p, rank)), "f"(v)
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];"
+               ::"r"(detail::cluster_shared_address(p, rank)), "f"(v), "r"(detail::cluster_shared_address(landed, rank))
                : "memory");
 #else
-  (void)rank;  // 0: the only CTA
+  (void)rank, (void)landed;  // no clusters: the store is this CTA's own, ordered by the block barrier after it
   *p = v;
+#endif
+}
+
+// Blocks until the phase of parity `parity` of this CTA's mbarrier `landed` has completed: the stores that
+// other CTAs of the cluster made into this CTA's shared memory with store_cluster_shared_async are visible.
+FP8DK_DEVICE void cluster_landed_wait(uint64_t* landed, unsigned parity) {
+#if defined(FP8DK_SM90)
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(landed));
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+#else
+  (void)landed, (void)parity;
+  sync_block();
 #endif
 }
 

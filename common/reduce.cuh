@@ -4,6 +4,7 @@
 // deterministic for a given launch shape.
 #include "common/cluster.cuh"
 #include "common/platform.cuh"
+#include "common/tma.cuh"
 
 namespace fp8dk {
 
@@ -39,25 +40,46 @@ FP8DK_DEVICE float group_sum(float v, int group) {
   return v;
 }
 
+// The start of a row's reduction over a cluster (cluster_row_sum), early in the kernel, by every thread: thread
+// 0 initializes this CTA's mbarrier `landed`, and every thread arrives (relaxed) at the cluster barrier whose
+// wait, in cluster_row_sum, makes sure that every CTA of the cluster runs (its shared memory exists) and that its
+// mbarrier is initialized before anything is stored into it.
+FP8DK_DEVICE void cluster_row_sum_begin(uint64_t* landed) {
+#if defined(FP8DK_SM90)
+  if (threadIdx.x == 0) {
+    tma::barrier_init(landed, 1);
+    tma::fence_barrier_init();
+  }
+#else
+  (void)landed;
+#endif
+  cluster_arrive_relaxed();
+}
+
 // Sum of v over the first `threads` threads of a row split over the CTAs of a cluster (`threads` a multiple
 // of the warp size; the row's thread t is thread t % blockDim.x of rank t / blockDim.x), returned to every
 // thread, in block_sum's order: the warp butterfly, then the warps' sums added one by one in warp order from
 // 0. A row split over a cluster thus gets the sum a single block of `threads` threads gets, bit for bit.
-// Each warp writes its sum into slot `warp` of `warp_sums` in every CTA of the cluster (DSMEM stores, one
-// lane per CTA); after one barrier phase every CTA holds all the sums in its own shared memory and reads
-// them locally. No shared memory is touched remotely after that phase, so CTAs may exit at once.
-// The caller has called cluster_arrive_relaxed() once, early in the kernel: the wait here pairs with it and
-// makes sure every CTA runs (its shared memory exists) before the remote stores; it costs nothing by then.
-// The phase after the stores is a release arrive: it waits for this thread's earlier memory operations, so
-// the caller keeps global stores until after this returns.
-FP8DK_DEVICE float cluster_row_sum(float v, int threads, float* warp_sums) {
+// Each warp stores its sum into slot `warp` of `warp_sums` in every CTA of the cluster (one lane per CTA)
+// through the asynchronous proxy, which counts the bytes on that CTA's mbarrier `landed`; each CTA waits for
+// the bytes of every warp of the row, then reads the sums locally. No shared memory is touched remotely after
+// that, so CTAs may exit at once. The caller has called cluster_row_sum_begin(landed) once, early in the kernel.
+// Why not DSMEM stores and a barrier phase: that phase's release arrive compiles to MEMBAR.ALL.GPU, which waits
+// for every earlier memory operation of the thread, global stores included, and takes 0.36 us on a quiet H100 and
+// 0.8 us while a young flood of weight requests fills the memory system (benchmarks/fence_under_flood.cu). This
+// exchange has no fence, so the caller may store before calling it.
+FP8DK_DEVICE float cluster_row_sum(float v, int threads, float* warp_sums, uint64_t* landed) {
   const int lane = threadIdx.x % kWarpSize;
   const int warp = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x) / kWarpSize;
   const int warps = threads / kWarpSize;
   v = warp_sum(v);  // every lane holds the warp's sum (a butterfly: lane order does not matter, a + b == b + a)
   cluster_wait();
-  if (lane < static_cast<int>(cluster_ctas()) && warp < warps) store_cluster_shared(warp_sums + warp, lane, v);
-  cluster_sync();
+#if defined(FP8DK_SM90)
+  if (threadIdx.x == 0) tma::arrive_expect_bytes(landed, static_cast<unsigned>(warps) * sizeof(float));
+#endif
+  if (lane < static_cast<int>(cluster_ctas()) && warp < warps)
+    store_cluster_shared_async(warp_sums + warp, lane, v, landed);
+  cluster_landed_wait(landed, 0);
   // Every slot of warp_sums is read and the ones past the row's warps are replaced by +0, which leaves the
   // sum unchanged (it is >= +0, inf or NaN): the loads have no branches and may be merged.
   float total = 0.f;

@@ -456,7 +456,8 @@ __global__ void __launch_bounds__(rmsnorm::kMaxThreads) rms_norm_long_row_kernel
 // Differences that do not touch the numbers:
 //   - the weight is loaded up front with the row (CTAs of at most 512 threads have the registers), so its
 //     latency overlaps the row's instead of following the reduction; the FP8 scale too (OutScale::read);
-//   - the residual is stored after the reduction (see cluster_row_sum: its release would wait for it).
+//   - the row's sums meet through asynchronous stores counted on an mbarrier, with no fence (cluster_row_sum),
+//     so the residual is stored before the reduction.
 // Without clusters (cluster_ctas() == 1) this is a one-CTA-per-row kernel of the same split; a launch whose
 // cluster does not supply T threads traps rather than compute a wrong row.
 template <class In, class Out, bool kResidual, bool kAligned, int kChunks>
@@ -468,7 +469,8 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   using R = Row<In, Out, kResidual, kAligned>;
   constexpr int kSlots = R::kSlots * kChunks;
   __shared__ float warp_sums[kMaxWarps];
-  cluster_arrive_relaxed();  // this CTA runs: the others may store into its shared memory once they waited
+  __shared__ uint64_t sums_landed;
+  cluster_row_sum_begin(&sums_landed);
   const int threads = p.split.threads_per_row;
   if (static_cast<int>(blockDim.x * cluster_ctas()) < threads) trap();
   const int t = static_cast<int>(cluster_rank() * blockDim.x + threadIdx.x);
@@ -484,8 +486,8 @@ __global__ void __launch_bounds__(rmsnorm::kMaxClusterCtaThreads) rms_norm_clust
   float sum = sum_squares<In, R::kSlots>(&v[0]);
 #pragma unroll
   for (int c = 1; c < kChunks; ++c) sum += sum_squares<In, R::kSlots>(&v[c * R::kSlots]);
-  const float total = cluster_row_sum(sum, threads, warp_sums);
-  store_residual(row, t, threads, v);  // after the reduction, whose release would wait for these stores
+  store_residual(row, t, threads, v);  // before the reduction: it has no fence that would wait for these stores
+  const float total = cluster_row_sum(sum, threads, warp_sums, &sums_landed);
   keep_packed(v);
   const OutScale<Out> scale(scale_value);
   const float inv = inv_rms(total, p.hidden, p.eps);

@@ -500,6 +500,26 @@ def test_cluster_override_rejects_bad_values(kernel, monkeypatch):
 
 
 @needs_clusters
+@pytest.mark.parametrize("shape,ctas", [((1, 16384), "8"), ((32, 16384), "4"), ((3, 1001), "2")],
+                         ids=lambda v: f"{v[0]}x{v[1]}" if isinstance(v, tuple) else f"cluster{v}")
+def test_cluster_sums_repeated(kernel, monkeypatch, shape, ctas):
+    """The warps' sums cross the cluster as asynchronous stores counted on an mbarrier, with no barrier after
+    them: 64 launches back to back on the same row give the bytes of the first, which are the one-CTA-per-row
+    kernels'. A sum read before it landed would read a slot of an earlier launch's CTA, or garbage."""
+    monkeypatch.setenv(CLUSTER_ENV, ctas)
+    x, weight = make_inputs(shape, torch.bfloat16, "cuda")
+    scale = scale_for(kernel, x, None, weight, torch.float8_e4m3fn)
+    out = poisoned(shape, torch.float8_e4m3fn, "cuda")
+    check_against_one_cta(kernel, monkeypatch, ctas, x, weight, out, None, scale)
+    monkeypatch.setenv(CLUSTER_ENV, ctas)
+    outs = poisoned((64, *shape), torch.float8_e4m3fn, "cuda")
+    for i in range(outs.shape[0]):
+        kernel.ops.rms_norm(outs[i], x, weight, EPS, scale)
+    for i in range(outs.shape[0]):
+        assert_bitwise_equal(outs[i], out, f"launch {i}")
+
+
+@needs_clusters
 @pytest.mark.parametrize("shape", [(3, 16384), (2, 16385)], ids=lambda s: f"{s[0]}x{s[1]}")
 @CLUSTER_SIZES
 def test_cluster_deterministic(kernel, monkeypatch, ctas, shape):
