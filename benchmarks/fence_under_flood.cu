@@ -16,7 +16,10 @@
 //   release  two streams: the flood kernel on one; on the other a producer of 128 CTAs (each waits until the
 //            flood is `age_ns` old, stores `store_kb`, optionally fences, ends) and a consumer launched with PDL
 //            whose one CTA returns from griddepcontrol.wait. The release is the consumer's wait return less the
-//            producer's last CTA end, on the global timer, as decode_trace.py reads it.
+//            producer's last CTA end, on the global timer, as decode_trace.py reads it. All three wait behind a
+//            hold kernel (kHoldNs) so that the consumer's launch is on the GPU before the producer ends, as in a
+//            CUDA graph; launched from the host right behind a short producer, it measured the host's launch gap
+//            (3-5 us at every flood age, session 28's first run).
 // Each configuration runs `kReps` times on fresh cold bytes (a 2 GiB region walked in order); medians and the
 // 10th / 90th percentiles are printed as one JSON object per line. Not a test and not shipped: a measurement tool
 // whose results go to benchmarks/results/.
@@ -40,7 +43,8 @@ constexpr size_t kColdBytes = size_t(2) << 30;
 constexpr int kHops = 4;
 constexpr long long kHopStride = 64 * 1024;  // bytes between a DRAM chain's hops
 constexpr int kReps = 31;
-constexpr long long kSpinLimitNs = 2'000'000;  // a probe that never sees its flood gives up (and is not counted)
+constexpr long long kSpinLimitNs = 2'000'000;
+constexpr long long kHoldNs = 30'000;  // the release study's hold: longer than three launches from the host  // a probe that never sees its flood gives up (and is not counted)
 
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
@@ -164,6 +168,13 @@ __global__ void __launch_bounds__(kThreads) producer_kernel(const unsigned long 
   if (threadIdx.x == 0) ends[blockIdx.x] = global_ns();
 }
 
+// Holds its stream until every launch of the release study's repetition has been queued behind it.
+__global__ void hold_kernel(long long ns) {
+  const unsigned long long start = global_ns();
+  while (global_ns() < start + ns) {
+  }
+}
+
 __global__ void consumer_kernel(unsigned long long* waited) {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   if (threadIdx.x == 0) *waited = global_ns();
@@ -277,6 +288,8 @@ int main() {
   cudaStream_t main_stream, flood_stream;
   CHECK(cudaStreamCreateWithFlags(&main_stream, cudaStreamNonBlocking));
   CHECK(cudaStreamCreateWithFlags(&flood_stream, cudaStreamNonBlocking));
+  cudaEvent_t held;  // the hold's end: the flood starts with the producer
+  CHECK(cudaEventCreateWithFlags(&held, cudaEventDisableTiming));
   cudaLaunchAttribute pdl{};
   pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   pdl.val.programmaticStreamSerializationAllowed = 1;
@@ -294,7 +307,12 @@ int main() {
             const char* flood = cursor.take(bytes);
             CHECK(cudaMemsetAsync(flood_t, 0, sizeof(unsigned long long), main_stream));
             CHECK(cudaStreamSynchronize(main_stream));
-            if (flood_mb) flood_kernel<<<kFloodCtas, 32, 0, flood_stream>>>(flood, bytes, flood_t);
+            hold_kernel<<<1, 32, 0, main_stream>>>(kHoldNs);
+            CHECK(cudaEventRecord(held, main_stream));
+            if (flood_mb) {
+              CHECK(cudaStreamWaitEvent(flood_stream, held, 0));
+              flood_kernel<<<kFloodCtas, 32, 0, flood_stream>>>(flood, bytes, flood_t);
+            }
             producer_kernel<<<kProducerCtas, kThreads, 0, main_stream>>>(flood_t, flood_mb ? age : -1, stores,
                                                                           store_kb * 1024, drain, ends);
             CHECK(cudaLaunchKernelEx(&consumer, consumer_kernel, waited));
