@@ -43,8 +43,8 @@ constexpr size_t kColdBytes = size_t(2) << 30;
 constexpr int kHops = 4;
 constexpr long long kHopStride = 64 * 1024;  // bytes between a DRAM chain's hops
 constexpr int kReps = 31;
-constexpr long long kSpinLimitNs = 2'000'000;
-constexpr long long kHoldNs = 30'000;  // the release study's hold: longer than three launches from the host  // a probe that never sees its flood gives up (and is not counted)
+constexpr long long kSpinLimitNs = 2'000'000;  // a probe that never sees its flood gives up (and is not counted)
+constexpr long long kHoldNs = 30'000;  // the release study's hold: longer than three launches from the host
 
 __device__ __forceinline__ unsigned long long global_ns() {
   unsigned long long t;
