@@ -36,6 +36,7 @@
 // functions then runs as a correct one-CTA kernel there, which is what a launcher that finds no cluster
 // support launches.
 #include "common/platform.cuh"
+#include "common/tma.cuh"
 
 namespace fp8dk {
 
@@ -123,16 +124,7 @@ FP8DK_DEVICE void store_cluster_shared_async(float* p, unsigned rank, float v, u
 // other CTAs of the cluster made into this CTA's shared memory with store_cluster_shared_async are visible.
 FP8DK_DEVICE void cluster_landed_wait(uint64_t* landed, unsigned parity) {
 #if defined(FP8DK_SM90)
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(landed));
-  unsigned done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
+  tma::wait_cluster(landed, parity);
 #else
   (void)landed, (void)parity;
   sync_block();

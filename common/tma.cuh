@@ -33,18 +33,38 @@ FP8DK_DEVICE void arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
 }
 
-// Blocks until the phase of parity `parity` has completed (acquire: the stage's bytes are visible after it).
-FP8DK_DEVICE void wait(uint64_t* bar, unsigned parity) {
+namespace detail {
+// Spins until the phase of parity `parity` of this CTA's mbarrier has completed, with acquire semantics at CTA
+// scope or, kCluster, at cluster scope.
+template <bool kCluster>
+FP8DK_DEVICE void wait_parity(uint64_t* bar, unsigned parity) {
   const uint32_t addr = shared_address(bar);
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
+    if constexpr (kCluster) {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}"
+          : "=r"(done)
+          : "r"(addr), "r"(parity)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+          : "=r"(done)
+          : "r"(addr), "r"(parity)
+          : "memory");
+    }
   } while (!done);
 }
+}  // namespace detail
+
+// Blocks until the phase of parity `parity` has completed (acquire: the stage's bytes are visible after it).
+FP8DK_DEVICE void wait(uint64_t* bar, unsigned parity) { detail::wait_parity<false>(bar, parity); }
+
+// The same with acquire at cluster scope: what other CTAs of the cluster stored into this CTA's shared memory
+// and counted on `bar` (st.async, common/cluster.cuh) is visible after it.
+FP8DK_DEVICE void wait_cluster(uint64_t* bar, unsigned parity) { detail::wait_parity<true>(bar, parity); }
 
 // L2 policy for data read exactly once (a GEMM's weights): evicted first, so it does not push out the
 // activations and partial sums that are re-read.
