@@ -255,9 +255,21 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // 0.05 ms at batch 8, and alone after a quantization within 0.4 us (405B gate_up, 70B qkv and down).
   const bool flood_is_the_stream = p.sk_tiles == 0 && p.dp_rounds == 1 && 2 * p.stages >= p.k_blocks;
   const bool eight_box_flood = eight_box_stages && p.boxes == 8;
+  //
+  // Three stages, not the ring (4-5), for wgmma's tilings with shared tiles (above 8 tokens: 405B qkv's
+  // tile-aligned grid and gate_up's stream-K, 70B qkv, 8B gate_up), as long as they keep kTmaMinBytesInFlight
+  // requested: 96 KB of weights a CTA, 10-13 MB over the device. In the decode step both 405B GEMMs follow an
+  // RMSNorm, and their streams keep the bandwidth with the smaller window. Measured on an H100 in the step
+  // (session 29, benchmarks/results/nvidia-h100/session29-2026-11-27/window/, window-rule/): at batch 32 qkv's
+  // window alone 0.10 ms faster, gate_up's 0.09, both 0.20 ms (two rounds); at batch 16 0.07 ms. o with more than
+  // its 2 stages was 0.01-0.02 ms slower, down with fewer than its 5 0.04-0.11 ms, gate_up with 2 0.17 ms. The
+  // mma.sync tilings (16-bit operands, e4m3fnuz) keep their rings: not measured in the step.
   const bool two_stages_suffice = 2 * unit_bytes * ctas >= kTmaMinBytesInFlight;
-  const int window =
-      o.window ? o.window : two_stages_suffice && (flood_is_the_stream || eight_box_flood) ? 2 : p.stages;
+  const bool shared_wgmma = p.qgmma && p.sk_tiles > 0 && 3 * unit_bytes * ctas >= kTmaMinBytesInFlight;
+  const int window = o.window ? o.window
+                     : two_stages_suffice && (flood_is_the_stream || eight_box_flood) ? 2
+                     : shared_wgmma ? 3
+                                      : p.stages;
   p.window = window < p.stages ? window : p.stages;
   // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). With the plan as it is now they were 1-3%
   // faster only on 8B gate_up at 1-4 tokens and 2-13% slower on the qkv shapes (session 12, benchmarks/results/
