@@ -41,6 +41,7 @@ Written to --out (default benchmarks/results/<device>/decode-attribution/) as JS
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -54,6 +55,21 @@ GEMMS = ("qkv", "o", "gate_up", "down")
 STUDIES = ("swap", "skip", "chain", "env", "timeline")
 TIMELINE_REPLAYS = 3
 TIMELINE_EDGE_LAYERS = 5  # left out at each end of a step: its first and last layers join other kernels
+
+
+def env_variants(specs: List[str]) -> Dict[str, Dict[str, Dict[str, str]]]:
+    """LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE] specs -> label -> {GEMM class, or "all" for every launch: variables};
+    the specs of one label make one variant. ValueError names a malformed spec."""
+    variants: Dict[str, Dict[str, Dict[str, str]]] = {}
+    for spec in specs:
+        label, _, settings = spec.partition(":")
+        gemm, colon, rest = settings.partition(":")
+        gemm, settings = (gemm, rest) if colon and gemm in GEMMS else (None, settings)
+        items = [item.split("=", 1) for item in settings.split(",")]
+        if not label or any(len(kv) != 2 or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", kv[0]) for kv in items):
+            raise ValueError(f"{spec!r}: expected LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE], GEMM one of {', '.join(GEMMS)}")
+        variants.setdefault(label, {}).setdefault(gemm or "all", {}).update(items)
+    return variants
 
 
 def parse_args(argv=None):
@@ -81,15 +97,10 @@ def parse_args(argv=None):
     if "--batch" not in rest:
         rest += ["--batch", "1", "32"]
     step_args = ds.parse_args(rest)
-    own.env_variants = {}  # label -> {GEMM class, or "all" for every launch: variables}
-    for spec in own.env:
-        label, _, settings = spec.partition(":")
-        gemm, colon, rest = settings.partition(":")
-        gemm, settings = (gemm, rest) if colon and gemm in GEMMS else (None, settings)
-        if not settings or "=" not in settings:
-            p.error(f"--env {spec!r}: expected LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE], GEMM one of {', '.join(GEMMS)}")
-        scope = own.env_variants.setdefault(label, {}).setdefault(gemm or "all", {})
-        scope.update(item.split("=", 1) for item in settings.split(","))
+    try:
+        own.env_variants = env_variants(own.env)
+    except ValueError as e:
+        p.error(f"--env {e}")
     if own.study is None:
         own.study = [study for study in STUDIES if study != "env" or own.env_variants]
     elif "env" in own.study and not own.env_variants:

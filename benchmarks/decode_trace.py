@@ -7,6 +7,7 @@ Needs a diagnostic build (common/diag_trace.cuh; not for timing anything else):
     NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TRACE python tools/build.py
     python benchmarks/decode_trace.py --batch 1 32 --out DIR       # records and summaries, DIR/trace-b*.npz/.txt
     python benchmarks/decode_trace.py --batch 32 --variant "late:qkv:FP8DK_SKINNY_TMA_WINDOW=2"  # and a variant
+    python benchmarks/decode_trace.py --batch 32 --variant "cap3:FP8DK_RMSNORM_CTAS_PER_SM=3"   # every launch
     python benchmarks/decode_trace.py --parse DIR/trace-b32.npz     # the summary again, from the records
 
 The options after the script's own are decode_step.py's (model, shard, layers, ...). Each batch size's step is
@@ -41,6 +42,8 @@ from typing import Dict, List
 
 import numpy as np
 
+from decode_attribution import GEMMS, env_variants, with_tuning
+
 # common/diag_trace.cuh, struct Record
 RECORD = np.dtype([("t", "<u8", (5,)), ("kind", "<u4"), ("n", "<u4"), ("k", "<u4"), ("m", "<u4"),
                    ("block", "<u4"), ("smid", "<u4"), ("grid", "<u4"), ("unused", "<u4")])
@@ -50,7 +53,6 @@ MODULES = ("rmsnorm", "swiglu", "quantize", "skinny_gemm_e4m3fn", "skinny_gemm_e
            "skinny_gemm_fp16")
 CAPACITY = 1 << 19  # diag_trace.cuh, kCapacity
 EDGE_LAYERS = 5  # left out at each end of the step
-GEMMS = ("qkv", "o", "gate_up", "down")
 FAST_SM_US = 3.0  # an SM whose CTAs end their stream this much before the median, on average, is listed
 # PDL releases are also read apart for the layers where the next kernel's median CTA had entered at least this
 # long before the kernel it waits for ended: a GEMM issues its first requests at entry, and the release after an
@@ -67,20 +69,21 @@ def parse_args(argv=None):
     p.add_argument("--copy-gbps", type=float, help="--parse: the copy bandwidth the spans are held against "
                    "(default: the one the run measured; traces of session 25 have none: 3003 on its H100s)")
     p.add_argument("--timed", type=int, default=30, help="replays timed before (the diagnostic build's step)")
-    p.add_argument("--variant", action="append", default=[], metavar="LABEL:GEMM:KEY=VALUE[,KEY=VALUE]",
-                   help="also trace our build with tuning variables for one GEMM class (qkv, o, gate_up, down), as "
-                        "decode_attribution.py's --env; the records go to trace-b<batch>-<LABEL>.npz (repeatable)")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE]",
+                   help="also trace our build with tuning variables, for one GEMM class (qkv, o, gate_up, down) or "
+                        "for every launch of the step, as decode_attribution.py's --env (the specs of one LABEL make "
+                        "one variant); the records go to trace-b<batch>-<LABEL>.npz (repeatable)")
     own, rest = p.parse_known_args(argv)
     if own.help:
         p.print_help()
         sys.exit(0)
-    own.variants = {}
-    for spec in own.variant:
-        label, gemm, settings = (spec.split(":", 2) + ["", ""])[:3]
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", label) or gemm not in GEMMS or "=" not in settings:
-            p.error(f"--variant {spec!r}: expected LABEL:GEMM:KEY=VALUE[,KEY=VALUE], LABEL of letters, digits, "
-                    f"'.', '_', '-', GEMM one of {', '.join(GEMMS)}")
-        own.variants[label] = (gemm, dict(item.split("=", 1) for item in settings.split(",")))
+    try:
+        own.variants = env_variants(own.variant)
+    except ValueError as e:
+        p.error(f"--variant {e}")
+    for label in own.variants:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", label):
+            p.error(f"--variant label {label!r}: letters, digits, '.', '_', '-' (it names the records' file)")
     return own, rest
 
 
@@ -400,7 +403,6 @@ def run(own, rest) -> int:
     import torch
 
     import decode_step as ds
-    from decode_attribution import with_tuning
     from sweep import copy_bandwidth
 
     args = ds.parse_args(rest)
@@ -414,11 +416,14 @@ def run(own, rest) -> int:
     out = args.out or Path("benchmarks/results") / "decode-trace"
     out.mkdir(parents=True, exist_ok=True)
     ops = ds.path_ops(setup, args)["ours"]
-    gemms_of = {"": None, **{f"-{label}": {gemm: with_tuning(ops.gemm, env, setup.kernel)}
-                             for label, (gemm, env) in own.variants.items()}}
+    # suffix -> (the GEMM classes' tuned launches or None, the variables every launch is captured under)
+    variants = {"": (None, {}), **{f"-{label}": ({g: with_tuning(ops.gemm, env, setup.kernel)
+                                                   for g, env in scopes.items() if g != "all"} or None,
+                                                  scopes.get("all", {}))
+                                   for label, scopes in own.variants.items()}}
     models = {suffix: ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales,
                                      ops, None, setup.dtype, args.kv_len, gemm_of)
-              for suffix, gemm_of in gemms_of.items()}
+              for suffix, (gemm_of, _) in variants.items()}
     shard = {key: getattr(setup.shard, key) for key in ("hidden", "heads", "kv_heads", "head_dim", "intermediate")}
     copy_gbps = copy_bandwidth("cuda", quick=True)["gbps"]
     for batch in args.batch:
@@ -427,7 +432,8 @@ def run(own, rest) -> int:
         pos = args.kv_len - 1
         states = ds.ProcessState(setup, batch, args.kv_len, device)
         for suffix, model in models.items():
-            graph = ds.capture_graph(lambda: model(x, caches, pos))
+            with setup.kernel.tuning_overrides(variants[suffix][1]):  # the plans are made at capture
+                graph = ds.capture_graph(lambda: model(x, caches, pos))
             samples, probe, _ = ds.replay_ms_in_state(graph, own.timed, states, "fast")
             replays = {}
             for i in range(own.traced):

@@ -687,8 +687,21 @@ def test_decode_trace_summary(tmp_path):
     assert "Spans ending" not in module.summarize_file(path)  # the run measured no bandwidth
     text = module.summarize_file(path, copy_gbps=1.0)
     assert "made-up GPU, batch 2, ours, replay0: 11 layers traced" in text and "Spans ending" in text
-    own, rest = module.parse_args(["--variant", "late-flood:qkv:A=1,B=2", "--batch", "32"])
-    assert own.variants == {"late-flood": ("qkv", {"A": "1", "B": "2"})} and rest == ["--batch", "32"]
+    own, rest = module.parse_args(["--variant", "late-flood:qkv:A=1,B=2", "--variant", "late-flood:C=3",
+                                   "--batch", "32"])
+    assert own.variants == {"late-flood": {"qkv": {"A": "1", "B": "2"}, "all": {"C": "3"}}}
+    assert rest == ["--batch", "32"]
     for bad in ("a b:qkv:A=1", "x:attention:A=1", "x:qkv:A"):
         with pytest.raises(SystemExit):
             module.parse_args(["--variant", bad])
+
+
+def test_env_variants_parsed():
+    """decode_attribution.py's --env and decode_trace.py's --variant: LABEL:[GEMM:]KEY=VALUE[,KEY=VALUE], the specs
+    of one label merged into one variant (GEMM classes and "all" for every launch), a malformed spec named."""
+    module = benchmark_module("decode_attribution")
+    assert module.env_variants(["co:qkv:A=1,B=2", "co:C=3", "co:gate_up:A=4", "plain:o:W=2"]) == {
+        "co": {"qkv": {"A": "1", "B": "2"}, "all": {"C": "3"}, "gate_up": {"A": "4"}}, "plain": {"o": {"W": "2"}}}
+    for bad in ("nolabel", ":A=1", "x:qkv:", "x:qkv:A", "x:attention:A=1", "x:A=1,"):
+        with pytest.raises(ValueError, match="expected LABEL"):
+            module.env_variants([bad])
