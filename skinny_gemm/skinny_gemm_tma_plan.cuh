@@ -18,7 +18,8 @@
 //     with 2 stages the producer refills one only after the consumers have read all of it; small problems ran
 //     6-17% faster with 4-6 (session 13, the tiling comments below).
 //   * Stages in flight (requested, not landed): the ring's, or 2 where a CTA's first flood would be most of its
-//     stream or, at few tokens, 25 MB over the device (`window`, below).
+//     stream or, at few tokens, 25 MB over the device, or 3 for wgmma's tilings with shared tiles (`window`,
+//     below).
 #include "common/plan.h"
 #include "skinny_gemm/skinny_gemm_plan.cuh"
 
