@@ -416,14 +416,14 @@ def run(own, rest) -> int:
     out = args.out or Path("benchmarks/results") / "decode-trace"
     out.mkdir(parents=True, exist_ok=True)
     ops = ds.path_ops(setup, args)["ours"]
-    # suffix -> (the GEMM classes' tuned launches or None, the variables every launch is captured under)
-    variants = {"": (None, {}), **{f"-{label}": ({g: with_tuning(ops.gemm, env, setup.kernel)
-                                                   for g, env in scopes.items() if g != "all"} or None,
-                                                  scopes.get("all", {}))
-                                   for label, scopes in own.variants.items()}}
-    models = {suffix: ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales,
-                                     ops, None, setup.dtype, args.kv_len, gemm_of)
-              for suffix, (gemm_of, _) in variants.items()}
+    scopes_of = {"": {}, **{f"-{label}": scopes for label, scopes in own.variants.items()}}
+    # suffix -> (the model, its GEMM classes' launches tuned; the variables every launch is captured under)
+    models = {suffix: (ds.build_model(setup.kernel.convert, setup.layers, setup.final_norm, setup.shard, setup.scales,
+                                      ops, None, setup.dtype, args.kv_len,
+                                      {g: with_tuning(ops.gemm, env, setup.kernel)
+                                       for g, env in scopes.items() if g != "all"} or None),
+                       scopes.get("all", {}))
+              for suffix, scopes in scopes_of.items()}
     shard = {key: getattr(setup.shard, key) for key in ("hidden", "heads", "kv_heads", "head_dim", "intermediate")}
     copy_gbps = copy_bandwidth("cuda", quick=True)["gbps"]
     for batch in args.batch:
@@ -431,8 +431,8 @@ def run(own, rest) -> int:
         caches = ds.caches_for(setup.layers, batch)
         pos = args.kv_len - 1
         states = ds.ProcessState(setup, batch, args.kv_len, device)
-        for suffix, model in models.items():
-            with setup.kernel.tuning_overrides(variants[suffix][1]):  # the plans are made at capture
+        for suffix, (model, step_env) in models.items():
+            with setup.kernel.tuning_overrides(step_env):  # the plans are made at capture
                 graph = ds.capture_graph(lambda: model(x, caches, pos))
             samples, probe, _ = ds.replay_ms_in_state(graph, own.timed, states, "fast")
             replays = {}

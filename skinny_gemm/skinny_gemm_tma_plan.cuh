@@ -265,12 +265,13 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // window alone 0.10 ms faster, gate_up's 0.09, both 0.20 ms (two rounds); at batch 16 0.07 ms. o with more than
   // its 2 stages was 0.01-0.02 ms slower, down with fewer than its 5 0.04-0.11 ms, gate_up with 2 0.17 ms. The
   // mma.sync tilings (16-bit operands, e4m3fnuz) keep their rings: not measured in the step.
-  const bool two_stages_suffice = 2 * unit_bytes * ctas >= kTmaMinBytesInFlight;
-  const bool shared_wgmma = p.qgmma && p.sk_tiles > 0 && 3 * unit_bytes * ctas >= kTmaMinBytesInFlight;
+  const auto keep_min_in_flight = [&](int stages) { return stages * unit_bytes * ctas >= kTmaMinBytesInFlight; };
+  constexpr int kSharedWgmmaWindow = 3;
+  const bool shared_wgmma = p.qgmma && p.sk_tiles > 0 && keep_min_in_flight(kSharedWgmmaWindow);
   const int window = o.window ? o.window
-                     : two_stages_suffice && (flood_is_the_stream || eight_box_flood) ? 2
-                     : shared_wgmma ? 3
-                                      : p.stages;
+                     : keep_min_in_flight(2) && (flood_is_the_stream || eight_box_flood) ? 2
+                     : shared_wgmma ? kSharedWgmmaWindow
+                                    : p.stages;
   p.window = window < p.stages ? window : p.stages;
   // Reducer warps only when asked for (FP8DK_SKINNY_TMA_REDUCERS=1). With the plan as it is now they were 1-3%
   // faster only on 8B gate_up at 1-4 tokens and 2-13% slower on the qkv shapes (session 12, benchmarks/results/
