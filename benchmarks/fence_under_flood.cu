@@ -20,6 +20,11 @@
 //            hold kernel (kHoldNs) so that the consumer's launch is on the GPU before the producer ends, as in a
 //            CUDA graph; launched from the host right behind a short producer, it measured the host's launch gap
 //            (3-5 us at every flood age, session 28's first run).
+//   barrier  one launch, one CTA per SM: each CTA requests its share of `flood_mb` (as the CTAs of a persistent
+//            GEMM -> RMSNorm -> GEMM kernel would request the second GEMM's first stages), stores `store_kb` (its
+//            tile of the first GEMM's output), then meets the others at a grid barrier: one release add on a
+//            counter, then acquire loads until every CTA has arrived (docs/experiments/README.md, item 76). The
+//            barrier's cost is each CTA's departure less the last CTA's arrival, on the global timer.
 // Each configuration runs `kReps` times on fresh cold bytes (a 2 GiB region walked in order); medians and the
 // 10th / 90th percentiles are printed as one JSON object per line. Not a test and not shipped: a measurement tool
 // whose results go to benchmarks/results/.
@@ -138,6 +143,42 @@ __global__ void __launch_bounds__(kThreads) probe_kernel(const char* flood, size
     r.stores = clock64() - c;
     out[probe] = r;
   }
+}
+
+struct BarrierTimes {
+  unsigned long long arrive, leave;
+};
+
+// The barrier study's grid (one CTA per SM, all resident: `arrived` and `go` start them together as in probe_kernel;
+// `count` is zero before each launch).
+__global__ void __launch_bounds__(kThreads) barrier_kernel(const char* flood, size_t flood_bytes, float4* stores,
+                                                           int store_bytes, unsigned* count, unsigned* arrived,
+                                                           unsigned long long* go, BarrierTimes* out) {
+  if (threadIdx.x == 0) {
+    if (atomicAdd(arrived, 1u) == gridDim.x - 1) atomicExch(go, global_ns() + 2000);
+    unsigned long long start;
+    while ((start = load_relaxed(go)) == 0) {
+    }
+    while (global_ns() < start) {
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < 32 && flood_bytes) issue_flood(flood, flood_bytes, blockIdx.x, gridDim.x);
+  const int per_thread = store_bytes / kThreads / 16;
+  float4* mine = stores + (size_t(blockIdx.x) * kThreads + threadIdx.x) * per_thread;
+  for (int i = 0; i < per_thread; ++i) mine[i] = make_float4(1.f, 2.f, 3.f, 4.f);
+  // The release add is cumulative: the block barrier orders the other threads' stores before it.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned long long arrive = global_ns();
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(count) : "memory");
+    unsigned seen = 0;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
+    } while (seen < gridDim.x);
+    out[blockIdx.x] = {arrive, global_ns()};
+  }
+  __syncthreads();
 }
 
 __global__ void flood_kernel(const char* flood, size_t flood_bytes, unsigned long long* flood_t) {
@@ -279,6 +320,46 @@ int main() {
       print_stats("l2_hit_ns", stats(l2), ns_per_cycle);
       print_stats("dram_ns", stats(dram), ns_per_cycle);
       print_stats("stores_16kb_fence_ns", stats(store), ns_per_cycle);
+      std::printf("}\n");
+      std::fflush(stdout);
+    }
+  }
+
+  // ---- barrier
+  const int grid = prop.multiProcessorCount;
+  unsigned* count = nullptr;
+  BarrierTimes* times = nullptr;
+  CHECK(cudaMalloc(&count, sizeof(unsigned)));
+  CHECK(cudaMalloc(&times, grid * sizeof(BarrierTimes)));
+  for (int flood_mb : {0, 20}) {
+    for (int store_kb : {0, 16}) {
+      std::vector<double> last_leave, median_leave, arrive_spread;
+      for (int rep = 0; rep < kReps; ++rep) {
+        const size_t bytes = size_t(flood_mb) << 20;
+        const char* flood = cursor.take(bytes);
+        CHECK(cudaMemset(count, 0, sizeof(unsigned)));
+        CHECK(cudaMemset(arrived, 0, sizeof(unsigned)));
+        CHECK(cudaMemset(flood_t, 0, sizeof(unsigned long long)));  // `go`
+        barrier_kernel<<<grid, kThreads, probe_smem>>>(flood, bytes, stores, store_kb * 1024, count, arrived, flood_t,
+                                                       times);
+        CHECK(cudaGetLastError());
+        std::vector<BarrierTimes> t(grid);
+        CHECK(cudaMemcpy(t.data(), times, grid * sizeof(BarrierTimes), cudaMemcpyDeviceToHost));
+        if (rep == 0) continue;  // warm-up
+        unsigned long long first = ~0ull, last = 0;
+        std::vector<double> leave;
+        for (const BarrierTimes& b : t) first = std::min(first, b.arrive), last = std::max(last, b.arrive);
+        for (const BarrierTimes& b : t) leave.push_back(static_cast<double>(static_cast<long long>(b.leave - last)));
+        std::sort(leave.begin(), leave.end());
+        last_leave.push_back(leave.back());
+        median_leave.push_back(leave[leave.size() / 2]);
+        arrive_spread.push_back(static_cast<double>(last - first));
+      }
+      std::printf("{\"study\": \"barrier\", \"ctas\": %d, \"flood_mb\": %d, \"store_kb\": %d", grid, flood_mb,
+                  store_kb);
+      print_stats("median_leave_after_last_arrival_ns", stats(median_leave), 1.0);
+      print_stats("last_leave_after_last_arrival_ns", stats(last_leave), 1.0);
+      print_stats("arrival_spread_ns", stats(arrive_spread), 1.0);
       std::printf("}\n");
       std::fflush(stdout);
     }
