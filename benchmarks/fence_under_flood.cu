@@ -81,14 +81,32 @@ __device__ void issue_flood(const char* flood, size_t bytes, int cta, int ctas) 
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(mine + off), "r"(kRequestBytes) : "memory");
 }
 
+// Thread 0 of each CTA of a launch whose CTAs are all resident: counts itself in `arrived`; the last to arrive sets
+// `go`, a global-timer time 2 us ahead, and every CTA waits for it (both zero before the launch). Returns `go`.
+__device__ unsigned long long start_together(unsigned* arrived, unsigned long long* go) {
+  if (atomicAdd(arrived, 1u) == gridDim.x - 1) atomicExch(go, global_ns() + 2000);
+  unsigned long long start;
+  while ((start = load_relaxed(go)) == 0) {
+  }
+  while (global_ns() < start) {
+  }
+  return start;
+}
+
+// This CTA's `store_bytes` of stores (kThreads threads, 16 bytes a store), at its own place in `stores`.
+__device__ void store_share(float4* stores, int store_bytes) {
+  const int per_thread = store_bytes / kThreads / 16;
+  float4* mine = stores + (size_t(blockIdx.x) * kThreads + threadIdx.x) * per_thread;
+  for (int i = 0; i < per_thread; ++i) mine[i] = make_float4(1.f, 2.f, 3.f, 4.f);
+}
+
 struct ProbeResult {
   long long fence, l2, dram, stores;  // SM cycles (l2, dram: per hop)
   long long age_ns;                   // the flood's age when the fence is issued, measured
 };
 
 // The flood CTAs (blockIdx.x < kFloodCtas) and the probes, one CTA per SM (the launch asks for enough shared memory),
-// all resident before anything starts: `arrived` counts them, and the last to arrive sets `go`, a global-timer
-// time 2 us ahead that every CTA waits for (both zeroed before each launch), so the flood's age is one clock's.
+// all resident before anything starts (start_together), so the flood's age is one clock's.
 __global__ void __launch_bounds__(kThreads) probe_kernel(const char* flood, size_t flood_bytes, long long age_ns,
                                                          const int* l2_chain, const int* dram_chain, float4* stores,
                                                          unsigned* arrived, unsigned long long* go,
@@ -100,15 +118,7 @@ __global__ void __launch_bounds__(kThreads) probe_kernel(const char* flood, size
   const bool flooder = blockIdx.x < kFloodCtas;
   const int probe = blockIdx.x - kFloodCtas;
   if (!flooder && threadIdx.x == 0) sink = chase(l2_chain, 32);  // the L2 chain, into L2 before the flood
-  if (threadIdx.x == 0) {
-    if (atomicAdd(arrived, 1u) == gridDim.x - 1) atomicExch(go, global_ns() + 2000);
-    unsigned long long start;
-    while ((start = load_relaxed(go)) == 0) {
-    }
-    while (global_ns() < start) {
-    }
-    t0 = start;
-  }
+  if (threadIdx.x == 0) t0 = start_together(arrived, go);
   __syncthreads();
   if (flooder) {
     if (threadIdx.x < 32 && flood_bytes) issue_flood(flood, flood_bytes, blockIdx.x, kFloodCtas);
@@ -149,24 +159,15 @@ struct BarrierTimes {
   unsigned long long arrive, leave;
 };
 
-// The barrier study's grid (one CTA per SM, all resident: `arrived` and `go` start them together as in probe_kernel;
-// `count` is zero before each launch).
+// The barrier study's grid (one CTA per SM, all resident and started together; `count` is zero before each
+// launch).
 __global__ void __launch_bounds__(kThreads) barrier_kernel(const char* flood, size_t flood_bytes, float4* stores,
                                                            int store_bytes, unsigned* count, unsigned* arrived,
                                                            unsigned long long* go, BarrierTimes* out) {
-  if (threadIdx.x == 0) {
-    if (atomicAdd(arrived, 1u) == gridDim.x - 1) atomicExch(go, global_ns() + 2000);
-    unsigned long long start;
-    while ((start = load_relaxed(go)) == 0) {
-    }
-    while (global_ns() < start) {
-    }
-  }
+  if (threadIdx.x == 0) start_together(arrived, go);
   __syncthreads();
   if (threadIdx.x < 32 && flood_bytes) issue_flood(flood, flood_bytes, blockIdx.x, gridDim.x);
-  const int per_thread = store_bytes / kThreads / 16;
-  float4* mine = stores + (size_t(blockIdx.x) * kThreads + threadIdx.x) * per_thread;
-  for (int i = 0; i < per_thread; ++i) mine[i] = make_float4(1.f, 2.f, 3.f, 4.f);
+  store_share(stores, store_bytes);
   // The release add is cumulative: the block barrier orders the other threads' stores before it.
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -201,9 +202,7 @@ __global__ void __launch_bounds__(kThreads) producer_kernel(const unsigned long 
     }
   }
   __syncthreads();
-  const int per_thread = store_bytes / kThreads / 16;
-  float4* mine = stores + (size_t(blockIdx.x) * kThreads + threadIdx.x) * per_thread;
-  for (int i = 0; i < per_thread; ++i) mine[i] = make_float4(1.f, 2.f, 3.f, 4.f);
+  store_share(stores, store_bytes);
   if (drain) fence_gpu();
   __syncthreads();
   if (threadIdx.x == 0) ends[blockIdx.x] = global_ns();
