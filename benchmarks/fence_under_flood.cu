@@ -326,6 +326,7 @@ int main() {
 
   // ---- barrier
   const int grid = prop.multiProcessorCount;
+  CHECK(cudaFuncSetAttribute(barrier_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, probe_smem));
   unsigned* count = nullptr;
   BarrierTimes* times = nullptr;
   CHECK(cudaMalloc(&count, sizeof(unsigned)));
