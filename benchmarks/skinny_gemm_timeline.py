@@ -9,7 +9,7 @@ Needs a diagnostic build (not for timing anything else: every CTA prints at its 
 Each case is run in three sequences, after a warm-up: the quantization of the activations then the GEMM (as in a
 decode step), and two GEMMs back to back with and without programmatic dependent launch (PDL). The kernel prints
 one line per CTA (`FP8DK_TL n k m grid cta out t_entry t_first_copy t_first_stage t_last_stage t_end
-t_last_warp_stage t_epilogue`, global timer in ns; t_last_stage is warp 0's, t_last_warp_stage the last consumer
+t_last_warp_stage t_epilogue smid`, global timer in ns; t_last_stage is warp 0's, t_last_warp_stage the last consumer
 warp's, t_epilogue when the last run's reduction starts); --parse groups them into launches by their entry times
 and reports, relative to the launch's first CTA entry:
 the spread of the entries, the first copy and the first full stage (prologue and first-byte latency), the
@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tune_skinny_gemm import LAYERS, REPO  # noqa: E402
-LINE = re.compile(r"FP8DK_TL (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)(?: (\d+) (\d+))?")
+LINE = re.compile(r"FP8DK_TL (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)(?: (\d+) (\d+))?(?: (\d+))?")
 CASE = re.compile(r"^CASE (.*)$")
 
 

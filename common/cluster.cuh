@@ -11,6 +11,9 @@
 //   cluster_arrive_relaxed()  arrives without ordering memory: only says "this thread got here"
 //   cluster_wait()            waits until every thread of the cluster has arrived (acquire)
 //   cluster_sync()            cluster_arrive() + cluster_wait(): a barrier over the cluster
+//   copy_to_cluster_shared_async(dst, src, bytes, rank, landed)
+//                             (sm_90 only) a block of this CTA's shared memory into the CTA of rank `rank`, by the
+//                             copy engine, counted on that CTA's mbarrier like store_cluster_shared_async
 //   load_cluster_shared(p, rank)
 //                             the float at shared-memory address p, but in the CTA of cluster rank `rank`
 //   store_cluster_shared_async(p, rank, v, landed)
@@ -130,6 +133,32 @@ FP8DK_DEVICE void cluster_landed_wait(uint64_t* landed, unsigned parity) {
   sync_block();
 #endif
 }
+
+#if defined(FP8DK_SM90)
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) of this CTA's shared memory at `src` into the CTA of
+// rank `rank` at the offset of `dst`, by the copy engine (cp.async.bulk, shared::cta to shared::cluster): one
+// instruction for a whole block of rows, where st.async moves 4 to 16 bytes an instruction. Completes `bytes` on
+// that CTA's mbarrier at the offset of `landed`. The writes to `src` before it are the generic proxy's: each
+// writing thread fences them to the async proxy (fence_proxy_async_shared) before a barrier that orders them
+// before this call. `src` stays untouched and the CTA alive until bulk_copies_read() returns.
+FP8DK_DEVICE void copy_to_cluster_shared_async(void* dst, const void* src, unsigned bytes, unsigned rank,
+                                               uint64_t* landed) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+          detail::cluster_shared_address(dst, rank)),
+      "r"(tma::shared_address(src)), "r"(bytes), "r"(detail::cluster_shared_address(landed, rank))
+      : "memory");
+}
+
+// Makes this thread's generic-proxy writes to shared memory visible to the async proxy (the bulk copies above).
+FP8DK_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// Closes the bulk copies this thread issued into one group and waits until they have read their sources.
+FP8DK_DEVICE void bulk_copies_read() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+#endif
 
 FP8DK_DEVICE float load_cluster_shared(const float* p, unsigned rank) {
 #if defined(FP8DK_SM90)

@@ -20,8 +20,8 @@
 //                         (p.reducers = 0) the consumers reduce every run themselves before the next.
 //   a run's end           a whole tile with one warp column: each warp finishes its accumulators' outputs
 //                         itself (for_each_fragment). A tile-aligned grid at few tokens (p.cluster > 1): the
-//                         tile's CTAs are a cluster and add their partials through each other's shared memory
-//                         (reduce_run), the producer warp joining the cluster barriers.
+//                         tile's CTAs are a cluster; each copies the rows of its partial sums that another
+//                         finishes into that CTA's shared memory with the copy engine (meet_tile_in_cluster).
 //
 // Math (A and B swapped as in skinny_gemm_mma_nv.cuh: weight rows are the MMA's M, tokens its N): a box row
 // is 128 bytes = 8 chunks of 16 bytes, stored at chunk (c ^ (row & 7)) by the 128-byte swizzle, so 8 rows
@@ -244,24 +244,13 @@ FP8DK_DEVICE void for_each_fragment(const float (&acc)[RB][NT][4], int lane, F&&
 
 // The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
 // partial sums. Adds them in column order and finishes the tile (alone) or meets the tile's other
-// contributions in its cluster (p.cluster > 1) or in the workspace. `tid` of `threads` threads; `arrived` a
-// shared word of theirs.
+// contributions in the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
 template <class Out>
 FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, int tile,
                              float* ws, unsigned* counters, unsigned& arrived, int tid, int threads) {
   const int mp = p.nt * 8;
   const int n0 = tile * p.block_n;
   const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
-  if (p.cluster > 1) {
-    // A cluster per tile (tile-aligned grid, one run per CTA, rank = index in K order), met as the portable
-    // kernel's split clusters meet: the sums of the workspace protocol below, bit for bit. The producer warp
-    // joins the cluster barriers in the kernel itself.
-    TileArgs t{};
-    t.red_pitch = p.red_pitch, t.mp = mp, t.wk = p.wk, t.block_n = p.block_n, t.n0 = n0, t.m = p.m, t.n = p.n;
-    t.tile = tile, t.count = p.cluster, t.index = static_cast<int>(cluster_rank());
-    meet_in_cluster<Out>(red, t, e, tid, threads);
-    return;
-  }
   // Four rows of the tile per thread where the workspace rows allow 16-byte accesses (red's always do).
   const bool quads = (cols % 4 == 0) && (p.n % 4 == 0);
   const int width = quads ? 4 : 1, per_token = cols / width;
@@ -306,6 +295,87 @@ FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, in
   if (arrived != static_cast<unsigned>(count - 1)) return;
   if (tid == 0) counters[tile] = 0u;
   add_partials<Out>(e, ws, slice, count, n0, cols, p.m, p.n, tid, threads);
+}
+
+// Tokens [meet_first_token(p, r), meet_first_token(p, r + 1)) of a cluster's tile are finished by rank r.
+FP8DK_DEVICE int meet_first_token(const TmaPlan& p, int rank) { return rank * p.m / p.cluster; }
+
+// The meet's mbarrier, after the ring's full and empty barriers (`full`: the first of them).
+FP8DK_DEVICE uint64_t* meet_landed(const TmaPlan& p, uint64_t* full) { return full + 2 * p.stages; }
+
+// The bytes of partial sums the peers send a rank: its tokens' rows of red, from each of the other CTAs.
+FP8DK_DEVICE unsigned meet_bytes(const TmaPlan& p, int rank) {
+  const int rows = meet_first_token(p, rank + 1) - meet_first_token(p, rank);
+  return static_cast<unsigned>((p.cluster - 1) * rows * p.red_pitch) * sizeof(float);
+}
+
+// A cluster per tile (p.cluster > 1: tile-aligned grid, one run per CTA, rank = its K-slice's index): the run
+// met without the workspace. The sums are the workspace protocol's, bit for bit: each element is 0 plus the
+// ranks' partials (their warp columns added in order) in rank order, then finish().
+//   1. This CTA's partial tile replaces warp column 0's rows of red (each element read and written by one
+//      thread), fenced to the async proxy.
+//   2. Thread 0 sends each peer the rows of tokens that peer finishes: one bulk copy of consecutive red rows,
+//      counted on the peer's `landed`, into its staging slot for this rank (slot s of the peers s != rank, in
+//      rank order). Every CTA initialized and armed `landed` at its start, before the cluster barrier phase
+//      whose wait comes before the copies (the consumers wait here; the producer warp before it leaves).
+//   3. Every thread waits for its own peers' rows, adds its tokens' elements and finishes them, 4 at a time
+//      where the tile's rows allow.
+// No CTA waits for another after its own tokens: a CTA reads only its own shared memory, and stays until its
+// peers' rows have landed and its copies have read red. `tid` of `threads` (the consumers) after a barrier of
+// theirs that follows the warps' stores to red.
+template <class Out>
+FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, float* red, unsigned char* ring,
+                                       int tile, int tid, int threads) {
+  // Found from the ring's base here, at the run's end: held through the main loop, they spilled.
+  float* const staging = reinterpret_cast<float*>(ring + p.staging_offset);
+  uint64_t* const landed = meet_landed(p, reinterpret_cast<uint64_t*>(ring + p.barrier_offset));
+  const int mp = p.nt * 8, pitch = p.red_pitch;
+  const int n0 = tile * p.block_n;
+  const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
+  const int rank = static_cast<int>(cluster_rank());
+  for (int i = tid; i < p.m * cols; i += threads) {
+    const int r = i / cols, c = i % cols;
+    float v = 0.f;
+    for (int w = 0; w < p.wk; ++w) v += red[(w * mp + r) * pitch + c];
+    red[r * pitch + c] = v;
+  }
+  fence_proxy_async_shared();
+  cluster_wait();
+  tma::sync_threads(threads, kBarReduce);
+  if (tid == 0) {
+    for (int q = 0; q < p.cluster; ++q) {
+      const int first = meet_first_token(p, q), rows = meet_first_token(p, q + 1) - first;
+      if (q == rank || rows == 0) continue;
+      const int slot = rank < q ? rank : rank - 1;
+      copy_to_cluster_shared_async(staging + slot * p.meet_rows * pitch, red + first * pitch,
+                                   static_cast<unsigned>(rows * pitch) * sizeof(float), static_cast<unsigned>(q),
+                                   landed);
+    }
+  }
+  cluster_landed_wait(landed, 0);
+  const int first = meet_first_token(p, rank), rows = meet_first_token(p, rank + 1) - first;
+  const bool quads = cols % 4 == 0;
+  const int width = quads ? 4 : 1, per_token = cols / width;
+  for (int i = tid; i < rows * per_token; i += threads) {
+    const int r = i / per_token, c = (i % per_token) * width;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int s = 0; s < p.cluster; ++s) {
+      const float* q = s == rank ? red + (first + r) * pitch + c
+                                 : staging + ((s < rank ? s : s - 1) * p.meet_rows + r) * pitch + c;
+      if (quads) {
+        const float4 x = *reinterpret_cast<const float4*>(q);
+        v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
+      } else {
+        v[0] += *q;
+      }
+    }
+    if (quads) {
+      finish4<Out>(e, first + r, n0 + c, v);
+    } else {
+      finish<Out>(e, first + r, n0 + c, v[0]);
+    }
+  }
+  if (tid == 0) bulk_copies_read();
 }
 #endif
 
@@ -357,9 +427,14 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       tma::barrier_init(full + s, 1);
       tma::barrier_init(empty + s, consumers);
     }
+    if (p.cluster > 1) tma::barrier_init(meet_landed(p, full), 1);
     tma::fence_barrier_init();
+    if (p.cluster > 1) tma::arrive_expect_bytes(meet_landed(p, full), meet_bytes(p, static_cast<int>(cluster_rank())));
   }
   __syncthreads();
+  // Every thread of the cluster arrives once, here: a CTA's peers copy into it only after the wait that
+  // follows, once its `landed` is initialized.
+  if (p.cluster > 1) cluster_arrive_relaxed();
 
   const CtaWork work(p);
   const int run = work.count;
@@ -413,10 +488,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     }
     allow_next_grid();
     if (p.cluster > 1) {
-      // The two cluster barriers of the consumers' reduction (reduce_run), which every thread takes part in.
       __syncwarp();
-      cluster_sync();
-      cluster_sync();
+      cluster_wait();  // the phase every thread of the cluster arrived at after the barrier inits
     }
     return;
   }
@@ -535,16 +608,32 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #if defined(FP8DK_DIAG_TIMELINE)
     if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
 #endif
+    if (p.cluster > 1) break;  // the one run of a CTA in a cluster: met below
     reduce_run<Out>(p, epilogue(), red, run_tile, ws, counters, arrived, threadIdx.x, threads);
     if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
+  // Out of the loop, with the tile found again from the CTA's index (CTAs c * t .. c * t + c - 1 stream tile t):
+  // met inside it, with the run's tile and the pointers it needs held there, one kernel spilled.
+  if (p.cluster > 1) meet_tile_in_cluster<Out>(p, epilogue(), red, ring, blockIdx.x / p.cluster, threadIdx.x, consumers * 32);
   FP8DK_TRACE_END(kSkinnyGemm, p.n, p.k, p.m);
+#if defined(FP8DK_DIAG_TAIL_SPIN)
+  // Diagnostic builds only (NVCC_APPEND_FLAGS="-DFP8DK_DIAG_TAIL_SPIN=ns -DFP8DK_DIAG_TAIL_SPIN_N=n"): every CTA
+  // of the launches with p.n == n stays FP8DK_DIAG_TAIL_SPIN ns longer, so the launch completes that much later
+  // while the next kernel's programmatic launch is unchanged: what a longer tail costs the decode step.
+  if (threadIdx.x == 0 && p.n == FP8DK_DIAG_TAIL_SPIN_N) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < FP8DK_DIAG_TAIL_SPIN);
+  }
+#endif
 #if defined(FP8DK_DIAG_TIMELINE)
   if (threadIdx.x == 0) {
     FP8DK_DIAG_MARK(4);
-    printf("FP8DK_TL %d %d %d %d %d %u %llu %llu %llu %llu %llu %llu %llu\n", p.n, p.k, p.m, gridDim.x, blockIdx.x,
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    printf("FP8DK_TL %d %d %d %d %d %u %llu %llu %llu %llu %llu %llu %llu %u\n", p.n, p.k, p.m, gridDim.x, blockIdx.x,
            static_cast<unsigned>(reinterpret_cast<uintptr_t>(out)), diag_t[0], diag_t[1], diag_t[2], diag_t[3],
-           diag_t[4], diag_t[5], diag_t[6]);
+           diag_t[4], diag_t[5], diag_t[6], smid);
   }
 #endif
 #else

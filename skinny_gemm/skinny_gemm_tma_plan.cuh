@@ -73,6 +73,9 @@ struct TmaPlan {
                          // consumers reduce each run themselves before the next (kTmaThreads - the reducers')
   int cluster;           // > 1: a tile-aligned grid whose tiles' `cluster` CTAs form a thread-block cluster and
                          // add their partial sums through distributed shared memory (no workspace); 1: none
+  int meet_rows;         // cluster > 1: tokens each rank finishes at most, ceil(m / cluster); else 0
+  int staging_offset;    // cluster > 1: bytes from the aligned base to the peers' partials [cluster - 1][meet_rows]
+                         // [red_pitch] fp32 (the meet's mbarrier `landed` follows the full/empty barriers)
 };
 
 // Overrides (tuning and tests; 0 = the plan's choice).
@@ -285,15 +288,39 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // A tile-aligned grid: CTAs c * t .. c * t + c - 1 stream tile t's K-blocks in order, one run each, and all
   // end together, so the last to count itself in the workspace protocol waits on two L2 round trips after its
   // last byte (store, fence and count; load the others' partials). As a cluster they meet in shared memory
-  // instead (cluster barrier, DSMEM loads), adding the partials in the same order. At 8 tokens or fewer only:
-  // session 15 (benchmarks/results/nvidia-h100/session15-2026-11-26/experiments/cluster/), 405B qkv (36 tiles
-  // x 3 CTAs) after a quantization 9-10% faster at 1 and 8 tokens, level at 16, 11% slower at 32; the decode
-  // step at batch 1 0.70 ms faster, at batch 8 0.08 ms, at batch 32 level.
+  // instead, adding the partials in the same order. At 8 tokens or fewer only: session 15 (benchmarks/results/
+  // nvidia-h100/session15-2026-11-26/experiments/cluster/), 405B qkv (36 tiles x 3 CTAs) after a quantization
+  // 9-10% faster at 1 and 8 tokens, level at 16, 11% slower at 32; the decode step at batch 1 0.70 ms faster,
+  // at batch 8 0.08 ms, at batch 32 level. Since session 32 the meet moves each peer's rows in one bulk copy
+  // instead of one DSMEM load a float (.../session32-2026-11-27/bulk-cluster-meet/): alone after a quantization
+  // 0.5 us faster at 8 tokens, level at 1; with clusters asked for, level with the workspace at 16 tokens and
+  // still 0.8 us slower at 32, so the rule stays.
   const int per_tile = static_cast<int>(ctas / p.tiles);
   p.cluster = 1;
+  p.meet_rows = p.staging_offset = 0;
   if ((o.cluster == 1 || (o.cluster < 0 && p.nt == 1)) && aligned_grid && !p.reducers && p.dp_rounds == 0 &&
-      per_tile * p.tiles == ctas && per_tile >= 2 && per_tile <= kMaxClusterCtas && p.k_blocks >= per_tile)
-    p.cluster = per_tile;
+      per_tile * p.tiles == ctas && per_tile >= 2 && per_tile <= kMaxClusterCtas && p.k_blocks >= per_tile) {
+    // The meet (skinny_gemm_tma.cuh, meet_tile_in_cluster): rank r finishes tokens [r * m / c, (r + 1) * m / c)
+    // of the tile, and each peer's partial sums of those rows land in its own shared memory, beside the ring and
+    // red (not in the ring: a peer that ends its stream first sends before this CTA has read its last stage).
+    // Room for them comes off the ring where the smem left over does not hold them.
+    const int meet_rows = ceil_div(m, per_tile);
+    const int staging_bytes = (per_tile - 1) * meet_rows * p.red_pitch * 4;
+    const auto staging_offset = [&](int stages) {
+      return (stages * p.stage_bytes + red_bytes + (2 * stages + 1) * 8 + 15) / 16 * 16;
+    };
+    int stages_left = p.stages;
+    while (stages_left > 2 && staging_offset(stages_left) + staging_bytes + kTmaAlignSlack > smem_limit) --stages_left;
+    if (staging_offset(stages_left) + staging_bytes + kTmaAlignSlack <= smem_limit) {
+      p.cluster = per_tile;
+      p.meet_rows = meet_rows;
+      p.stages = stages_left;
+      p.window = p.window < p.stages ? p.window : p.stages;
+      p.barrier_offset = p.stages * p.stage_bytes + red_bytes;
+      p.staging_offset = staging_offset(p.stages);
+      p.smem_bytes = p.staging_offset + staging_bytes + kTmaAlignSlack;
+    }
+  }
   out = p;
   return true;
 }

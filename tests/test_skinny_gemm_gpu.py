@@ -324,6 +324,23 @@ def test_cluster_per_tile(kernel, monkeypatch, dtype, m):
     assert_bitwise_equal(run(kernel, a, b, sa, sb, bias, out_dtype), clustered, "workspace")
 
 
+@pytest.mark.parametrize("m,n", [(1, 2304), (2, 2301), (3, 2300), (8, 2301), (11, 2300), (32, 2301), (32, 2300)])
+def test_cluster_meet_repeated(kernel, monkeypatch, m, n):
+    """The cluster per tile's meet, where each CTA copies the rows of the tokens its peers finish into their shared
+    memory with the copy engine: 16 launches back to back give the workspace protocol's bytes every time (rows read
+    before they landed, or sent to the wrong rank or slot, would not). Token counts that split unevenly over the 3
+    ranks (at 1 and 2 tokens a rank finishes none), a last tile of 60 rows (N = 2300) and one of 61 (N = 2301,
+    where no 4 outputs of a row are finished together)."""
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_CLUSTER", "1")
+    a, b, sa, sb, bias, out_dtype = operands(m, n, 16384, torch.float8_e4m3fn, out_dtype=torch.bfloat16, bias=True)
+    outs = [run(kernel, a, b, sa, sb, bias, out_dtype) for _ in range(16)]
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_CLUSTER", "0")
+    expected = run(kernel, a, b, sa, sb, bias, out_dtype)
+    assert_gemm_close(expected, a, b, sa, sb, bias, kernel.reference)
+    for i, out in enumerate(outs):
+        assert_bitwise_equal(out, expected, f"launch {i}")
+
+
 @pytest.mark.parametrize("block_n,m", [(16, 1), (32, 1), (128, 4), (64, 16), (128, 16), (128, 32), (256, 32)])
 def test_forced_block_n(kernel, monkeypatch, block_n, m):
     monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", str(block_n))
