@@ -429,7 +429,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     }
     if (p.cluster > 1) tma::barrier_init(meet_landed(p, full), 1);
     tma::fence_barrier_init();
-    if (p.cluster > 1) tma::arrive_expect_bytes(meet_landed(p, full), meet_bytes(p, static_cast<int>(cluster_rank())));
+    if (p.cluster > 1)
+      tma::arrive_expect_bytes(meet_landed(p, full), meet_bytes(p, static_cast<int>(cluster_rank())));
   }
   __syncthreads();
   // Every thread of the cluster arrives once, here: a CTA's peers copy into it only after the wait that
@@ -614,7 +615,8 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   }
   // Out of the loop, with the tile found again from the CTA's index (CTAs c * t .. c * t + c - 1 stream tile t):
   // met inside it, with the run's tile and the pointers it needs held there, one kernel spilled.
-  if (p.cluster > 1) meet_tile_in_cluster<Out>(p, epilogue(), red, ring, blockIdx.x / p.cluster, threadIdx.x, consumers * 32);
+  if (p.cluster > 1)
+    meet_tile_in_cluster<Out>(p, epilogue(), red, ring, blockIdx.x / p.cluster, threadIdx.x, consumers * 32);
   FP8DK_TRACE_END(kSkinnyGemm, p.n, p.k, p.m);
 #if defined(FP8DK_DIAG_TAIL_SPIN)
   // Diagnostic builds only (NVCC_APPEND_FLAGS="-DFP8DK_DIAG_TAIL_SPIN=ns -DFP8DK_DIAG_TAIL_SPIN_N=n"): every CTA
