@@ -9,13 +9,18 @@ Needs a diagnostic build (not for timing anything else: every CTA prints at its 
 Each case is run in three sequences, after a warm-up: the quantization of the activations then the GEMM (as in a
 decode step), and two GEMMs back to back with and without programmatic dependent launch (PDL). The kernel prints
 one line per CTA (`FP8DK_TL n k m grid cta out t_entry t_first_copy t_first_stage t_last_stage t_end
-t_last_warp_stage t_epilogue smid`, global timer in ns; t_last_stage is warp 0's, t_last_warp_stage the last consumer
+t_last_warp_stage t_epilogue smid t7 t8 t9 t10`, global timer in ns; t_last_stage is warp 0's, t_last_warp_stage the last consumer
 warp's, t_epilogue when the last run's reduction starts); --parse groups them into launches by their entry times
 and reports, relative to the launch's first CTA entry:
 the spread of the entries, the first copy and the first full stage (prologue and first-byte latency), the
 stream's end (first, median, last CTA), the end (last CTA), between back-to-back launches the gap from
 the first launch's end to the second's first entry, and the tail split, medians over the CTAs: the last
 consumer warp's lag behind warp 0, the wait for the others at the reduction barrier, the reduction itself.
+Kernels built since session 32 also mark the steps of the last run's reduction (t7..t10, 0 where not reached):
+the workspace protocol's partials stored, counted, and (the last to arrive) the tile finished; the cluster
+meet's partial tile in red, the peers' rows landed, this CTA's outputs stored, its copies read. The summary
+gives the gaps from t_epilogue through those marks to the end, for the CTA that ended last and as medians over
+the CTAs that reached as many marks.
 """
 
 import argparse
@@ -28,7 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tune_skinny_gemm import LAYERS, REPO  # noqa: E402
-LINE = re.compile(r"FP8DK_TL (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)(?: (\d+) (\d+))?(?: (\d+))?")
+LINE = re.compile(r"FP8DK_TL (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)(?: (\d+) (\d+))?(?: (\d+))?"
+                  r"(?: (\d+) (\d+) (\d+) (\d+))?")
 CASE = re.compile(r"^CASE (.*)$")
 
 
@@ -90,6 +96,15 @@ def summarize(case: str, launches: list) -> list:
             med = lambda f: statistics.median(f(c) / 1e3 for c in ctas)  # noqa: E731
             gap += (f" tail: warps {med(lambda c: c[5] - c[3]):5.2f} barrier {med(lambda c: c[6] - c[5]):5.2f}"
                     f" epilogue {med(lambda c: c[4] - c[6]):5.2f}")
+        marked = [c for c in ctas if len(c) > 7 and c[7]]
+        if marked:
+            def steps(c):  # us from t_epilogue through the reduction's marks that were reached to the end
+                marks = [c[6]] + [t for t in c[7:11] if t] + [c[4]]
+                return [(b - a) / 1e3 for a, b in zip(marks, marks[1:])]
+            last = steps(max(ctas, key=lambda c: c[4]))
+            alike = [steps(c) for c in marked if len(steps(c)) == len(last)]
+            gap += (" reduction steps: last CTA " + "/".join(f"{x:.2f}" for x in last) + ", median of "
+                    f"{len(alike)} " + "/".join(f"{statistics.median(col):.2f}" for col in zip(*alike)))
         rows.append(f"{case} [{j}] ctas {len(ctas):3d} entry<= {max(entry):5.2f} copy {min(copy):5.2f}.."
                     f"{max(copy):5.2f} first-stage {min(first):5.2f}..{max(first):5.2f} stream-end "
                     f"{last[0]:6.2f}/{statistics.median(last):6.2f}/{last[-1]:6.2f} end {max(end):6.2f} "
@@ -118,7 +133,7 @@ def parse(path: Path) -> int:
             if not launches or f[6] - launches[-1][-1][6] > 5000:
                 launches.append([])
             launches[-1].append(f)
-        whole = [[f[6:13] for f in launch] for launch in launches if len(launch) == launch[0][3]]
+        whole = [[f[6:13] + f[14:18] for f in launch] for launch in launches if len(launch) == launch[0][3]]
         for row in summarize(case, whole):
             print(row)
     return 0

@@ -218,6 +218,25 @@ FP8DK_DEVICE void add_partials(const Epilogue& e, const float* ws, long long sli
   }
 }
 
+#if defined(FP8DK_DIAG_TIMELINE) && defined(FP8DK_SM90)
+// Diagnostic builds only (NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TIMELINE, benchmarks/skinny_gemm_timeline.py): thread 0
+// of each CTA keeps the global timer (ns) at entry (slot 0), its first copy (1), its first full stage (2), warp
+// 0's last stage (3), its end (4), the last consumer warp's last stage (5), the last run's reduction (6), and
+// inside that reduction (7-10: reduce_run, meet_tile_in_cluster), and prints them at its end, so a launch's head,
+// stream and tail can be told apart.
+static __shared__ unsigned long long diag_t[11];
+FP8DK_DEVICE unsigned long long diag_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#define FP8DK_DIAG_MARK(slot) (diag_t[slot] = diag_now())
+#define FP8DK_DIAG_MARK_IF(cond, slot) ((cond) ? (void)FP8DK_DIAG_MARK(slot) : (void)0)
+#else
+#define FP8DK_DIAG_MARK(slot) ((void)0)
+#define FP8DK_DIAG_MARK_IF(cond, slot) ((void)0)
+#endif
+
 #if defined(FP8DK_SM90)
 // Named barriers of the copy-engine kernel (0 is __syncthreads).
 constexpr int kBarReduce = 1;    // among the threads of one reduce_run
@@ -288,13 +307,16 @@ FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, in
   // The portable kernel's workspace protocol (skinny_gemm_reduce.cuh): partials in K order, the last CTA to
   // arrive adds them (reading L2, never L1) and resets the tile's counter.
   tma::sync_threads(threads, kBarReduce);
+  FP8DK_DIAG_MARK_IF(tid == 0, 7);  // partials stored (a CTA of one run: its last run's marks 7-9)
   if (tid == 0) arrived = count_arrival(counters + tile);
   tma::sync_threads(threads, kBarReduce);
+  FP8DK_DIAG_MARK_IF(tid == 0, 8);  // counted
   // (Thread 0 writes `arrived` again only after the next run's first barrier, which every reader reaches
   // after reading it here.)
   if (arrived != static_cast<unsigned>(count - 1)) return;
   if (tid == 0) counters[tile] = 0u;
   add_partials<Out>(e, ws, slice, count, n0, cols, p.m, p.n, tid, threads);
+  FP8DK_DIAG_MARK_IF(tid == 0, 9);  // the last to arrive: the tile finished
 }
 
 // Tokens [meet_first_token(p, r), meet_first_token(p, r + 1)) of a cluster's tile are finished by rank r.
@@ -342,6 +364,7 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
   fence_proxy_async_shared();
   cluster_wait();
   tma::sync_threads(threads, kBarReduce);
+  FP8DK_DIAG_MARK_IF(tid == 0, 7);  // partial tile in red
   if (tid == 0) {
     for (int q = 0; q < p.cluster; ++q) {
       const int first = meet_first_token(p, q), rows = meet_first_token(p, q + 1) - first;
@@ -353,6 +376,7 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
     }
   }
   cluster_landed_wait(landed, 0);
+  FP8DK_DIAG_MARK_IF(tid == 0, 8);  // the peers' rows landed
   const int first = meet_first_token(p, rank), rows = meet_first_token(p, rank + 1) - first;
   const bool quads = cols % 4 == 0;
   const int width = quads ? 4 : 1, per_token = cols / width;
@@ -375,22 +399,10 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
       finish<Out>(e, first + r, n0 + c, v[0]);
     }
   }
+  FP8DK_DIAG_MARK_IF(tid == 0, 9);  // this thread's outputs stored
   if (tid == 0) bulk_copies_read();
+  FP8DK_DIAG_MARK_IF(tid == 0, 10);  // the copies have read red
 }
-#endif
-
-#if defined(FP8DK_DIAG_TIMELINE) && defined(FP8DK_SM90)
-// Diagnostic builds only (NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TIMELINE, benchmarks/skinny_gemm_timeline.py): each CTA
-// prints the global timer (ns) at entry, at its first copy, at its first full stage, after its last stage and
-// at its end, so a launch's head, stream and tail can be told apart.
-FP8DK_DEVICE unsigned long long diag_now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-#define FP8DK_DIAG_MARK(slot) (diag_t[slot] = diag_now())
-#else
-#define FP8DK_DIAG_MARK(slot) ((void)0)
 #endif
 
 // map_a: a [m, k] in boxes [nt * 8, box_elems]; map_b: b [n, k] in boxes [block_n, box_elems], both with the
@@ -416,8 +428,10 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   __shared__ unsigned arrived;
   FP8DK_TRACE_BEGIN();
 #if defined(FP8DK_DIAG_TIMELINE)
-  __shared__ unsigned long long diag_t[7];
-  if (threadIdx.x == 0) diag_t[1] = diag_t[2] = diag_t[3] = diag_t[5] = diag_t[6] = 0, FP8DK_DIAG_MARK(0);
+  if (threadIdx.x == 0) {
+    for (int s = 1; s < 11; ++s) diag_t[s] = 0;
+    FP8DK_DIAG_MARK(0);
+  }
 #endif
 
   constexpr int consumers = kTmaConsumerWarps;  // = p.wn * p.wk
@@ -633,9 +647,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     FP8DK_DIAG_MARK(4);
     unsigned smid;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    printf("FP8DK_TL %d %d %d %d %d %u %llu %llu %llu %llu %llu %llu %llu %u\n", p.n, p.k, p.m, gridDim.x, blockIdx.x,
-           static_cast<unsigned>(reinterpret_cast<uintptr_t>(out)), diag_t[0], diag_t[1], diag_t[2], diag_t[3],
-           diag_t[4], diag_t[5], diag_t[6], smid);
+    printf("FP8DK_TL %d %d %d %d %d %u %llu %llu %llu %llu %llu %llu %llu %u %llu %llu %llu %llu\n", p.n, p.k, p.m,
+           gridDim.x, blockIdx.x, static_cast<unsigned>(reinterpret_cast<uintptr_t>(out)), diag_t[0], diag_t[1],
+           diag_t[2], diag_t[3], diag_t[4], diag_t[5], diag_t[6], smid, diag_t[7], diag_t[8], diag_t[9], diag_t[10]);
   }
 #endif
 #else

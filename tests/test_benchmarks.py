@@ -221,6 +221,34 @@ def test_tune_skinny_gemm(tmp_path):
     assert {"default", "no PDL", "FP8DK_SKINNY_STREAM_K=0"} <= configs
 
 
+def test_skinny_gemm_timeline_parses_the_reduction_marks(tmp_path):
+    """benchmarks/skinny_gemm_timeline.py --parse: lines of the diagnostic build, with and without the session-32
+    columns (SM and the reduction's marks t7..t10), group into one launch each; the reduction's steps are the gaps
+    from t_epilogue through the marks a CTA reached to its end."""
+    def line(cta, marks=None):
+        t0 = 1_000_000
+        times = [t0 + cta, t0 + 1000, t0 + 5000, t0 + 15000, t0 + 20000 + 100 * cta, t0 + 15100, t0 + 15300]
+        extra = f" {7 + cta} " + " ".join(map(str, marks)) if marks else ""
+        return f"FP8DK_TL 2304 16384 32 3 {cta} 99 " + " ".join(map(str, times)) + extra
+    t0 = 1_000_000
+    log = tmp_path / "timeline.log"
+    log.write_text("\n".join([
+        "CASE qkv M=32 new quant+gemm",
+        line(0, [t0 + 15800, t0 + 16800, 0, 0]),  # the workspace protocol: stored, counted
+        line(1, [t0 + 15800, t0 + 16900, 0, 0]),
+        line(2, [t0 + 15900, t0 + 17000, t0 + 18000, 0]),  # ... and the last to arrive finished the tile
+        "CASE qkv M=32 old quant+gemm",
+        line(0), line(1), line(2), ""]))
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "skinny_gemm_timeline.py"), "--parse", str(log)],
+                          capture_output=True, text=True, timeout=60, env=offline_env())
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    new, old = proc.stdout.splitlines()
+    assert new.startswith("qkv M=32 new quant+gemm [0] ctas   3") and old.startswith("qkv M=32 old quant+gemm [0]")
+    # The CTA that ended last (2): 15.3 -> 15.9 -> 17.0 -> 18.0 -> its end at 20.2 us.
+    assert "reduction steps: last CTA 0.60/1.10/1.00/2.20, median of 1 0.60/1.10/1.00/2.20" in new, new
+    assert "reduction steps" not in old and "epilogue  4.80" in old, old
+
+
 def test_cpu_vs_eager_runs_a_case():
     load_kernel("cpu")
     cmd = [sys.executable, str(BENCHMARKS / "cpu_vs_eager.py"), "--filter", "layer rms_norm", "--budget", "0.01"]
