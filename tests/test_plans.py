@@ -38,6 +38,7 @@ SMEM_RESERVE = 1024  # of the opt-in limit, kept back for the copy-engine kernel
 SHAPES = [(2304, 16384), (16384, 2048), (13312, 16384), (16384, 6656), (10240, 8192), (8192, 28672), (6144, 4096),
           (28672, 4096), (1, 16), (17, 33), (300, 4176), (13312, 48), (4000, 1003), (129, 64 * 64 + 63)]
 MAX_STAGES, CONSUMER_WARPS, BOX_BYTES = 16, 8, 128
+ALIGN_SLACK = 1024  # kTmaAlignSlack: the dynamic shared memory is aligned up to the 1024-byte swizzle atom
 NO_OVERRIDES = {"copy_engine": 1, "tma_wk": 0, "tma_rb": 0, "tma_boxes": 0, "tma_stages": 0, "tma_whole_tiles": -1,
                 "block_n": 0, "split_k": 0, "stream_k": -1, "tma_cluster": -1}
 
@@ -143,8 +144,16 @@ def test_copy_engine_plans_legal(copy_engine_plans):
             assert p["ctas"] == p["tiles"] * p["cluster_x"] and p["cluster_x"] <= 8, where
             assert p["dp_rounds"] == 0 and p["k_blocks"] >= p["cluster_x"] == p["most_contributions"], where
             assert p["workspace_slices"] == 0, where
+            # The meet's staging area (meet_tile_in_cluster): each rank's share of the tokens from each of the
+            # other ranks, 16-byte aligned for the bulk copies, after the full, empty and `landed` barriers.
+            c = p["cluster_x"]
+            assert p["meet_rows"] == -(-m // c) and p["staging_offset"] % 16 == 0, where
+            assert p["staging_offset"] >= p["barrier_offset"] + (2 * p["stages"] + 1) * 8, where
+            staging_bytes = (c - 1) * p["meet_rows"] * p["red_pitch"] * 4
+            assert p["smem_bytes"] == p["staging_offset"] + staging_bytes + ALIGN_SLACK, where
         else:
             assert p["workspace_slices"] == (p["contributions"] if p["contributions"] > 1 else 0), where
+            assert p["meet_rows"] == 0 and p["staging_offset"] == 0, where
         # a's tensor map: the real stride, or for one row any legal one.
         assert p["a_map_stride_bytes"] == (k * eb if m > 1 else -(-k * eb // 16) * 16), where
         # wgmma (the FP8 problems here are OCP e4m3) above 8 tokens, with warpgroups of 4 warps of one row block
