@@ -10,6 +10,17 @@
 // empty.
 #include "common/platform.cuh"
 
+#if defined(FP8DK_NVIDIA)
+namespace fp8dk {
+// The global timer (ns), one clock for every SM: what every diagnostic mark of the package reads.
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+}  // namespace fp8dk
+#endif
+
 #if defined(FP8DK_DIAG_TRACE) && defined(FP8DK_NVIDIA)
 namespace fp8dk {
 namespace trace {
@@ -26,11 +37,7 @@ constexpr unsigned kCapacity = 1u << 19;  // CTAs: a 405B TP8 step at 32 tokens 
 static __device__ Record records[kCapacity];
 static __device__ unsigned recorded;
 
-__device__ __forceinline__ unsigned long long now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
+__device__ __forceinline__ unsigned long long now() { return global_timer_ns(); }
 
 __device__ __forceinline__ bool first_thread() { return (threadIdx.x | threadIdx.y | threadIdx.z) == 0; }
 

@@ -225,12 +225,7 @@ FP8DK_DEVICE void add_partials(const Epilogue& e, const float* ws, long long sli
 // inside that reduction (7-10: reduce_run, meet_tile_in_cluster), and prints them at its end, so a launch's head,
 // stream and tail can be told apart.
 static __shared__ unsigned long long diag_t[11];
-FP8DK_DEVICE unsigned long long diag_now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-#define FP8DK_DIAG_MARK(slot) (diag_t[slot] = diag_now())
+#define FP8DK_DIAG_MARK(slot) (diag_t[slot] = global_timer_ns())
 #define FP8DK_DIAG_MARK_IF(cond, slot) ((cond) ? (void)FP8DK_DIAG_MARK(slot) : (void)0)
 #else
 #define FP8DK_DIAG_MARK(slot) ((void)0)
@@ -592,7 +587,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     if (i >= run) FP8DK_TRACE_MARK(3);
 #if defined(FP8DK_DIAG_TIMELINE)
     if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(3);
-    if (lane == 0 && i >= run) atomicMax(&diag_t[5], diag_now());  // the last consumer warp's stream end
+    if (lane == 0 && i >= run) atomicMax(&diag_t[5], global_timer_ns());  // the last consumer warp's stream end
 #endif
     if (p.wk == 1 && !p.reducers && whole_tile(p, run_tile)) {
       // One warp column, one CTA: each warp's accumulators are its rows' outputs. Finished from registers,
@@ -637,9 +632,9 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   // of the launches with p.n == n stays FP8DK_DIAG_TAIL_SPIN ns longer, so the launch completes that much later
   // while the next kernel's programmatic launch is unchanged: what a longer tail costs the decode step.
   if (threadIdx.x == 0 && p.n == FP8DK_DIAG_TAIL_SPIN_N) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < FP8DK_DIAG_TAIL_SPIN);
+    const unsigned long long t0 = global_timer_ns();
+    while (global_timer_ns() - t0 < FP8DK_DIAG_TAIL_SPIN) {
+    }
   }
 #endif
 #if defined(FP8DK_DIAG_TIMELINE)
