@@ -346,15 +346,13 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
   // Found from the ring's base here, at the run's end: held through the main loop, they spilled.
   float* const staging = reinterpret_cast<float*>(ring + p.staging_offset);
   uint64_t* const landed = meet_landed(p, reinterpret_cast<uint64_t*>(ring + p.barrier_offset));
-  const int mp = p.nt * 8, pitch = p.red_pitch;
-  const int n0 = tile * p.block_n;
-  const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
+  TileArgs t{};
+  t.red_pitch = p.red_pitch, t.mp = p.nt * 8, t.wk = p.wk, t.block_n = p.block_n, t.n0 = tile * p.block_n, t.n = p.n;
+  const int pitch = p.red_pitch, n0 = t.n0, cols = t.cols();
   const int rank = static_cast<int>(cluster_rank());
   for (int i = tid; i < p.m * cols; i += threads) {
     const int r = i / cols, c = i % cols;
-    float v = 0.f;
-    for (int w = 0; w < p.wk; ++w) v += red[(w * mp + r) * pitch + c];
-    red[r * pitch + c] = v;
+    red[r * pitch + c] = t.cta_sum(red, r, c);
   }
   fence_proxy_async_shared();
   cluster_wait();
