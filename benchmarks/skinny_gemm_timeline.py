@@ -101,9 +101,9 @@ def summarize(case: str, launches: list) -> list:
             def steps(c):  # us from t_epilogue through the reduction's marks that were reached to the end
                 marks = [c[6]] + [t for t in c[7:11] if t] + [c[4]]
                 return [(b - a) / 1e3 for a, b in zip(marks, marks[1:])]
-            last = steps(max(ctas, key=lambda c: c[4]))
-            alike = [steps(c) for c in marked if len(steps(c)) == len(last)]
-            gap += (" reduction steps: last CTA " + "/".join(f"{x:.2f}" for x in last) + ", median of "
+            last_cta = steps(max(ctas, key=lambda c: c[4]))
+            alike = [steps(c) for c in marked if len(steps(c)) == len(last_cta)]
+            gap += (" reduction steps: last CTA " + "/".join(f"{x:.2f}" for x in last_cta) + ", median of "
                     f"{len(alike)} " + "/".join(f"{statistics.median(col):.2f}" for col in zip(*alike)))
         rows.append(f"{case} [{j}] ctas {len(ctas):3d} entry<= {max(entry):5.2f} copy {min(copy):5.2f}.."
                     f"{max(copy):5.2f} first-stage {min(first):5.2f}..{max(first):5.2f} stream-end "

@@ -247,6 +247,10 @@ def test_skinny_gemm_timeline_parses_the_reduction_marks(tmp_path):
     # The CTA that ended last (2): 15.3 -> 15.9 -> 17.0 -> 18.0 -> its end at 20.2 us.
     assert "reduction steps: last CTA 0.60/1.10/1.00/2.20, median of 1 0.60/1.10/1.00/2.20" in new, new
     assert "reduction steps" not in old and "epilogue  4.80" in old, old
+    # The stream's end and the tail come from the stage marks alone, with reduction marks or without (the summary
+    # of session 32 printed the reduction's steps there).
+    for row in (new, old):
+        assert "stream-end  15.00/ 15.00/ 15.00 end  20.20 tail  5.20" in row, row
 
 
 def test_cpu_vs_eager_runs_a_case():
