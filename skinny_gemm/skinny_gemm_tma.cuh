@@ -19,7 +19,7 @@
 //                         last run of a CTA the consumers and reducers reduce together. Without reducers
 //                         (p.reducers = 0) the consumers reduce every run themselves before the next.
 //   a run's end           a whole tile with one warp column: each warp finishes its accumulators' outputs
-//                         itself (for_each_fragment). A tile-aligned grid at few tokens (p.cluster > 1): the
+//                         itself (for_each_fragment). A tile-aligned grid (p.cluster > 1): the
 //                         tile's CTAs are a cluster; each copies the rows of its partial sums that another
 //                         finishes into that CTA's shared memory with the copy engine (meet_tile_in_cluster).
 //
@@ -330,7 +330,7 @@ FP8DK_DEVICE unsigned meet_bytes(const TmaPlan& p, int rank) {
 // met without the workspace. The sums are the workspace protocol's, bit for bit: each element is 0 plus the
 // ranks' partials (their warp columns added in order) in rank order, then finish().
 //   1. This CTA's partial tile replaces warp column 0's rows of red (each element read and written by one
-//      thread), fenced to the async proxy.
+//      thread; four at a time above 8 tokens, NT > 1), fenced to the async proxy.
 //   2. Thread 0 sends each peer the rows of tokens that peer finishes: one bulk copy of consecutive red rows,
 //      counted on the peer's `landed`, into its staging slot for this rank (slot s of the peers s != rank, in
 //      rank order). Every CTA initialized and armed `landed` at its start, before the cluster barrier phase
@@ -340,7 +340,7 @@ FP8DK_DEVICE unsigned meet_bytes(const TmaPlan& p, int rank) {
 // No CTA waits for another after its own tokens: a CTA reads only its own shared memory, and stays until its
 // peers' rows have landed and its copies have read red. `tid` of `threads` (the consumers) after a barrier of
 // theirs that follows the warps' stores to red.
-template <class Out>
+template <class Out, int NT>
 FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, float* red, unsigned char* ring,
                                        int tile, int tid, int threads) {
   // Found from the ring's base here, at the run's end: held through the main loop, they spilled.
@@ -350,9 +350,28 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
   t.red_pitch = p.red_pitch, t.mp = p.nt * 8, t.wk = p.wk, t.block_n = p.block_n, t.n0 = tile * p.block_n, t.n = p.n;
   const int pitch = p.red_pitch, n0 = t.n0, cols = t.cols();
   const int rank = static_cast<int>(cluster_rank());
-  for (int i = tid; i < p.m * cols; i += threads) {
-    const int r = i / cols, c = i % cols;
-    red[r * pitch + c] = t.cta_sum(red, r, c);
+  if constexpr (NT > 1) {
+    // Four elements an item: red's rows are 16-byte aligned and hold all block_n rows of the tile, so the
+    // quads may run past cols (rows that nothing finishes). One float at a time this pass took 1.8 us at 32
+    // tokens; four at a time, qkv's cluster meet is 0.4-0.5 us faster alone than the workspace at 16-32 tokens.
+    // At 1-8 tokens the decode step at batch 1 was 0.15 ms slower with it, for reasons not found
+    // (docs/experiments/README.md, item 87): there the kernel keeps 369fae6's code, one float at a time.
+    const int token_quads = (cols + 3) / 4;
+    for (int i = tid; i < p.m * token_quads; i += threads) {
+      float* const q = red + i / token_quads * pitch + i % token_quads * 4;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+      for (int w = 0; w < p.wk; ++w) {
+        const float4 x = *reinterpret_cast<const float4*>(q + w * t.mp * pitch);
+        v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
+      }
+      *reinterpret_cast<float4*>(q) = v;
+    }
+  } else {
+    for (int i = tid; i < p.m * cols; i += threads) {
+      const int r = i / cols, c = i % cols;
+      red[r * pitch + c] = t.cta_sum(red, r, c);
+    }
   }
   fence_proxy_async_shared();
   cluster_wait();
@@ -623,7 +642,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   // Out of the loop, with the tile found again from the CTA's index (CTAs c * t .. c * t + c - 1 stream tile t):
   // met inside it, with the run's tile and the pointers it needs held there, one kernel spilled.
   if (p.cluster > 1)
-    meet_tile_in_cluster<Out>(p, epilogue(), red, ring, blockIdx.x / p.cluster, threadIdx.x, consumers * 32);
+    meet_tile_in_cluster<Out, NT>(p, epilogue(), red, ring, blockIdx.x / p.cluster, threadIdx.x, consumers * 32);
   FP8DK_TRACE_END(kSkinnyGemm, p.n, p.k, p.m);
 #if defined(FP8DK_DIAG_TAIL_SPIN)
   // Diagnostic builds only (NVCC_APPEND_FLAGS="-DFP8DK_DIAG_TAIL_SPIN=ns -DFP8DK_DIAG_TAIL_SPIN_N=n"): every CTA

@@ -87,7 +87,7 @@ struct TmaOverrides {
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
   int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
   int window = 0;        // at most this many stages in flight (0: the ring's)
-  int cluster = -1;      // 0: never a cluster per tile, 1: wherever the grid is tile-aligned, -1: the plan's rule
+  int cluster = -1;      // 0: never a cluster per tile, 1: wherever the grid is tile-aligned, -1: the plan's rule (1)
 };
 
 // Threads of a CTA of plan p.
@@ -288,17 +288,16 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // A tile-aligned grid: CTAs c * t .. c * t + c - 1 stream tile t's K-blocks in order, one run each, and all
   // end together, so the last to count itself in the workspace protocol waits on two L2 round trips after its
   // last byte (store, fence and count; load the others' partials). As a cluster they meet in shared memory
-  // instead, adding the partials in the same order. At 8 tokens or fewer only: session 15 (benchmarks/results/
-  // nvidia-h100/session15-2026-11-26/experiments/cluster/), 405B qkv (36 tiles x 3 CTAs) after a quantization
-  // 9-10% faster at 1 and 8 tokens, level at 16, 11% slower at 32; the decode step at batch 1 0.70 ms faster,
-  // at batch 8 0.08 ms, at batch 32 level. Since session 32 the meet moves each peer's rows in one bulk copy
-  // instead of one DSMEM load a float (.../session32-2026-11-27/bulk-cluster-meet/): alone after a quantization
-  // 0.5 us faster at 8 tokens, level at 1; with clusters asked for, level with the workspace at 16 tokens and
-  // still 0.8 us slower at 32, so the rule stays.
+  // instead, adding the partials in the same order. Session 15 (benchmarks/results/nvidia-h100/
+  // session15-2026-11-26/experiments/cluster/), 405B qkv (36 tiles x 3 CTAs) after a quantization: 9-10% faster
+  // at 1 and 8 tokens, level at 16, 11% slower at 32, so clusters were the rule at 8 tokens or fewer. Since
+  // session 32 each peer's rows move in one bulk copy, and since session 33 the meet's first pass adds four
+  // floats at a time above 8 tokens (.../session33-2026-11-27/quad-pass-short/): alone 0.4-0.5 us faster than
+  // the workspace at 16-32 tokens, the decode step at batch 32 0.15 ms faster. So wherever the grid is aligned.
   const int per_tile = static_cast<int>(ctas / p.tiles);
   p.cluster = 1;
   p.meet_rows = p.staging_offset = 0;
-  if ((o.cluster == 1 || (o.cluster < 0 && p.nt == 1)) && aligned_grid && !p.reducers && p.dp_rounds == 0 &&
+  if (o.cluster != 0 && aligned_grid && !p.reducers && p.dp_rounds == 0 &&
       per_tile * p.tiles == ctas && per_tile >= 2 && per_tile <= kMaxClusterCtas && p.k_blocks >= per_tile) {
     // The meet (skinny_gemm_tma.cuh, meet_tile_in_cluster): rank r finishes tokens [r * m / c, (r + 1) * m / c)
     // of the tile, and each peer's partial sums of those rows land in its own shared memory, beside the ring and

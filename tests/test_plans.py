@@ -251,18 +251,14 @@ def test_whole_tiles_last(nvidia_planner):
         assert plan_one(nvidia_planner, H100, m, 28672, 4096)["dp_rounds"] == 0
 
 
-def test_cluster_per_tile_at_few_tokens(nvidia_planner):
+def test_cluster_per_tile_where_the_grid_is_tile_aligned(nvidia_planner):
     """405B qkv's tile-aligned grid (36 tiles x 3 CTAs on 132 SMs) meets as a cluster per tile, with no workspace,
-    at 8 tokens or fewer (measured faster there, session 15); above, only where asked for
-    (FP8DK_SKINNY_TMA_CLUSTER=1); never with FP8DK_SKINNY_TMA_CLUSTER=0."""
-    for m in (1, 8):
+    at every token count (measured faster at 1-8 tokens since session 15, at 16-32 since session 33); never with
+    FP8DK_SKINNY_TMA_CLUSTER=0."""
+    for m in (1, 8, 16, 24, 32):
         p = plan_one(nvidia_planner, H100, m, 2304, 16384)
         assert p["cluster_x"] == 3 and p["ctas"] == 108 and p["workspace_slices"] == 0, p
         assert plan_one(nvidia_planner, H100, m, 2304, 16384, tma_cluster=0)["cluster_x"] == 1
-    for m in (16, 32):
-        assert plan_one(nvidia_planner, H100, m, 2304, 16384)["cluster_x"] == 1
-        forced = plan_one(nvidia_planner, H100, m, 2304, 16384, tma_cluster=1)
-        assert forced["cluster_x"] == 3 and forced["workspace_slices"] == 0, forced
     # Not tile-aligned (405B gate_up: 132 CTAs over 104 or 208 tiles): no cluster, asked for or not.
     assert plan_one(nvidia_planner, H100, 32, 13312, 16384, tma_cluster=1)["cluster_x"] == 1
 

@@ -311,11 +311,10 @@ def test_stream_k_shared_tiles(kernel, m, n, k):
 @pytest.mark.parametrize("m", (1, 5, 8, 17, 32))
 def test_cluster_per_tile(kernel, monkeypatch, dtype, m):
     """405B TP8 qkv (2304 x 16384) runs on a tile-aligned grid (on an H100, 36 tiles x 3 CTAs), whose tiles' CTAs
-    form clusters (at 8 tokens or fewer, above with FP8DK_SKINNY_TMA_CLUSTER=1) and add their partial sums through
-    distributed shared memory: bit for bit the sums of the workspace protocol (FP8DK_SKINNY_TMA_CLUSTER=0), and
-    within the reference's tolerance."""
-    if m > 8:
-        monkeypatch.setenv("FP8DK_SKINNY_TMA_CLUSTER", "1")
+    form clusters (the plan at every token count since session 33) and add their partial sums through distributed
+    shared memory: bit for bit the sums of the workspace protocol (FP8DK_SKINNY_TMA_CLUSTER=0), and within the
+    reference's tolerance."""
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_CLUSTER", "1")  # as the plan, and whatever it becomes
     out_dtype = torch.bfloat16 if dtype in FP8_DTYPES else None
     a, b, sa, sb, bias, out_dtype = operands(m, 2304, 16384, dtype, out_dtype=out_dtype, bias=True)
     clustered = run(kernel, a, b, sa, sb, bias, out_dtype)
