@@ -355,7 +355,7 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
     // quads may run past cols (rows that nothing finishes). One float at a time this pass took 1.8 us at 32
     // tokens; four at a time, qkv's cluster meet is 0.4-0.5 us faster alone than the workspace at 16-32 tokens.
     // At 1-8 tokens the decode step at batch 1 was 0.15 ms slower with it, for reasons not found
-    // (docs/experiments/README.md, item 87): there the kernel keeps 369fae6's code, one float at a time.
+    // (docs/experiments/README.md, item 87): there the pass stays one float at a time.
     const int token_quads = (cols + 3) / 4;
     for (int i = tid; i < p.m * token_quads; i += threads) {
       float* const q = red + i / token_quads * pitch + i % token_quads * 4;
