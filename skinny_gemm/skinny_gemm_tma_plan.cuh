@@ -174,13 +174,15 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   p.stage_bytes = p.boxes * (p.weight_box_bytes + p.act_box_bytes);
   p.red_pitch = p.block_n + kRedPad;
   const int red_bytes = p.wk * mp * p.red_pitch * 4;
+  // The full/empty barriers (and the cluster meet's, then its staging area) follow the ring's stages and red.
+  const auto barrier_offset = [&](int stages) { return stages * p.stage_bytes + red_bytes; };
   const int fixed = red_bytes + 2 * kTmaMaxStages * 8 + kTmaAlignSlack;
   int stages = (smem_limit - fixed) / p.stage_bytes;
   if (stages > kTmaMaxStages) stages = kTmaMaxStages;
   if (o.stages) stages = o.stages < stages ? o.stages : stages;
   if (stages < 2) return false;
   p.stages = stages;
-  p.barrier_offset = stages * p.stage_bytes + red_bytes;
+  p.barrier_offset = barrier_offset(stages);
   p.smem_bytes = p.barrier_offset + 2 * stages * 8 + kTmaAlignSlack;
   const long long units = static_cast<long long>(p.tiles) * p.k_blocks;
   const long long unit_bytes = static_cast<long long>(p.boxes) * p.weight_box_bytes;
@@ -306,7 +308,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
     const int meet_rows = ceil_div(m, per_tile);
     const int staging_bytes = (per_tile - 1) * meet_rows * p.red_pitch * 4;
     const auto staging_offset = [&](int stages) {
-      return (stages * p.stage_bytes + red_bytes + (2 * stages + 1) * 8 + 15) / 16 * 16;
+      return (barrier_offset(stages) + (2 * stages + 1) * 8 + 15) / 16 * 16;
     };
     int stages_left = p.stages;
     while (stages_left > 2 && staging_offset(stages_left) + staging_bytes + kTmaAlignSlack > smem_limit) --stages_left;
@@ -315,7 +317,7 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
       p.meet_rows = meet_rows;
       p.stages = stages_left;
       p.window = p.window < p.stages ? p.window : p.stages;
-      p.barrier_offset = p.stages * p.stage_bytes + red_bytes;
+      p.barrier_offset = barrier_offset(p.stages);
       p.staging_offset = staging_offset(p.stages);
       p.smem_bytes = p.staging_offset + staging_bytes + kTmaAlignSlack;
     }
