@@ -314,7 +314,9 @@ FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, in
   FP8DK_DIAG_MARK_IF(tid == 0, 9);  // the last to arrive: the tile finished
 }
 
-// Tokens [meet_first_token(p, r), meet_first_token(p, r + 1)) of a cluster's tile are finished by rank r.
+// Tokens [meet_first_token(p, r), meet_first_token(p, r + 1)) of a cluster's tile are finished by rank r. The
+// meet reads them from a table in shared memory (the kernel's meet_first), filled by meet_partial_tile's last
+// warp column while the others store.
 FP8DK_DEVICE int meet_first_token(const TmaPlan& p, int rank) { return rank * p.m / p.cluster; }
 
 // The meet's mbarrier, after the ring's full and empty barriers (`full`: the first of them).
@@ -326,78 +328,85 @@ FP8DK_DEVICE unsigned meet_bytes(const TmaPlan& p, int rank) {
   return static_cast<unsigned>((p.cluster - 1) * rows * p.red_pitch) * sizeof(float);
 }
 
+// A cluster's first step, by the consumer warps straight from their accumulators: this CTA's partial tile (its
+// warp columns added in column order) into warp column 0's rows of red, fenced to the async proxy. Column 0
+// stores its fragments, then each later column in turn, after a barrier, adds its own to them: the sums
+// 0 + w0 + w1 + ... of reduce_run's pass (acc is never -0, so 0 + w0 is w0), with no index arithmetic and no
+// second walk over red. (A pass over red after all columns had stored took 0.5-0.7 us of thread 0 alone,
+// docs/experiments/README.md, item 89.)
+template <int NT, int RB>
+FP8DK_DEVICE void meet_partial_tile(const TmaPlan& p, float* red, const float (&acc)[RB][NT][4], int wk, int row0,
+                                    int lane, int* first_tokens) {
+  float* const col0 = red + row0;
+  const int pitch = p.red_pitch;
+  // The meet's table, by threads that wait for column 0 anyway. (Filled at the kernel's start by thread 0, it came
+  // before the producer's first copies; by the consumers there, it spilled the 1-8-token kernel.)
+  if (wk == p.wk - 1 && row0 == 0 && lane <= p.cluster) first_tokens[lane] = meet_first_token(p, lane);
+  if (wk == 0) for_each_fragment(acc, lane, [&](int token, int row, float v) { col0[token * pitch + row] = v; });
+  for (int w = 1; w < p.wk; ++w) {
+    tma::sync_threads(kTmaConsumerWarps * 32, kBarLastRun);
+    if (wk != w) continue;
+    // All loads before any store: the compiler cannot tell that the stores do not alias the later loads.
+    float sum[RB * NT * 4];
+    int k = 0;
+    for_each_fragment(acc, lane, [&](int token, int row, float) { sum[k++] = col0[token * pitch + row]; });
+    k = 0;
+    for_each_fragment(acc, lane, [&](int token, int row, float v) { col0[token * pitch + row] = sum[k++] + v; });
+  }
+  fence_proxy_async_shared();
+}
+
 // A cluster per tile (p.cluster > 1: tile-aligned grid, one run per CTA, rank = its K-slice's index): the run
 // met without the workspace. The sums are the workspace protocol's, bit for bit: each element is 0 plus the
 // ranks' partials (their warp columns added in order) in rank order, then finish().
-//   1. This CTA's partial tile replaces warp column 0's rows of red (each element read and written by one
-//      thread; four at a time above 8 tokens, NT > 1), fenced to the async proxy.
-//   2. Thread 0 sends each peer the rows of tokens that peer finishes: one bulk copy of consecutive red rows,
+//   1. meet_partial_tile: this CTA's partial tile in warp column 0's rows of red, fenced to the async proxy.
+//   2. Thread q sends peer q the rows of tokens that peer finishes: one bulk copy of consecutive red rows,
 //      counted on the peer's `landed`, into its staging slot for this rank (slot s of the peers s != rank, in
 //      rank order). Every CTA initialized and armed `landed` at its start, before the cluster barrier phase
 //      whose wait comes before the copies (the consumers wait here; the producer warp before it leaves).
 //   3. Every thread waits for its own peers' rows, adds its tokens' elements and finishes them, 4 at a time
 //      where the tile's rows allow.
 // No CTA waits for another after its own tokens: a CTA reads only its own shared memory, and stays until its
-// peers' rows have landed and its copies have read red. `tid` of `threads` (the consumers) after a barrier of
-// theirs that follows the warps' stores to red.
-template <class Out, int NT>
+// peers' rows have landed and its copies have read red. After the last byte each step waits for single threads'
+// work, so the first tokens come from the kernel's table `first_tokens`, and each thread's one division (its
+// first element) comes before the waits. `tid` of `threads` (the consumers) after meet_partial_tile.
+template <class Out>
 FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, float* red, unsigned char* ring,
-                                       int tile, int tid, int threads) {
+                                       const int* first_tokens, int tile, int tid, int threads) {
   // Found from the ring's base here, at the run's end: held through the main loop, they spilled.
   float* const staging = reinterpret_cast<float*>(ring + p.staging_offset);
   uint64_t* const landed = meet_landed(p, reinterpret_cast<uint64_t*>(ring + p.barrier_offset));
-  TileArgs t{};
-  t.red_pitch = p.red_pitch, t.mp = p.nt * 8, t.wk = p.wk, t.block_n = p.block_n, t.n0 = tile * p.block_n, t.n = p.n;
-  const int pitch = p.red_pitch, n0 = t.n0, cols = t.cols();
+  const int pitch = p.red_pitch, n0 = tile * p.block_n;
+  const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
   const int rank = static_cast<int>(cluster_rank());
-  if constexpr (NT > 1) {
-    // Four elements an item: red's rows are 16-byte aligned and hold all block_n rows of the tile, so the
-    // quads may run past cols (rows that nothing finishes). One float at a time this pass took 1.8 us at 32
-    // tokens; four at a time, qkv's cluster meet is 0.4-0.5 us faster alone than the workspace at 16-32 tokens.
-    // At 1-8 tokens the decode step at batch 1 was 0.15 ms slower with it, for reasons not found
-    // (docs/experiments/README.md, item 87): there the pass stays one float at a time.
-    const int token_quads = (cols + 3) / 4;
-    for (int i = tid; i < p.m * token_quads; i += threads) {
-      float* const q = red + i / token_quads * pitch + i % token_quads * 4;
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 1
-      for (int w = 0; w < p.wk; ++w) {
-        const float4 x = *reinterpret_cast<const float4*>(q + w * t.mp * pitch);
-        v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
-      }
-      *reinterpret_cast<float4*>(q) = v;
-    }
-  } else {
-    for (int i = tid; i < p.m * cols; i += threads) {
-      const int r = i / cols, c = i % cols;
-      red[r * pitch + c] = t.cta_sum(red, r, c);
-    }
-  }
-  fence_proxy_async_shared();
+  // This thread's first element (token r of the rank's, quad or row c of the tile) and the step to its next.
+  const bool quads = cols % 4 == 0;
+  const int width = quads ? 4 : 1, per_token = cols / width;
+  int r = tid / per_token, c = tid - r * per_token;
+  const int step_r = threads / per_token, step_c = threads - step_r * per_token;
   cluster_wait();
-  tma::sync_threads(threads, kBarReduce);
+  tma::sync_threads(threads, kBarReduce);  // (also orders the first-token table's stores before these loads)
   FP8DK_DIAG_MARK_IF(tid == 0, 7);  // partial tile in red
-  if (tid == 0) {
-    for (int q = 0; q < p.cluster; ++q) {
-      const int first = meet_first_token(p, q), rows = meet_first_token(p, q + 1) - first;
-      if (q == rank || rows == 0) continue;
-      const int slot = rank < q ? rank : rank - 1;
-      copy_to_cluster_shared_async(staging + slot * p.meet_rows * pitch, red + first * pitch,
-                                   static_cast<unsigned>(rows * pitch) * sizeof(float), static_cast<unsigned>(q),
-                                   landed);
-    }
+  const int first = first_tokens[rank], rows = first_tokens[rank + 1] - first;
+  if (tid < p.cluster && tid != rank) {
+    const int peer_first = first_tokens[tid], peer_rows = first_tokens[tid + 1] - peer_first;
+    const int slot = rank < tid ? rank : rank - 1;
+    if (peer_rows > 0)
+      copy_to_cluster_shared_async(staging + slot * p.meet_rows * pitch, red + peer_first * pitch,
+                                   static_cast<unsigned>(peer_rows * pitch) * sizeof(float),
+                                   static_cast<unsigned>(tid), landed);
   }
   cluster_landed_wait(landed, 0);
   FP8DK_DIAG_MARK_IF(tid == 0, 8);  // the peers' rows landed
-  const int first = meet_first_token(p, rank), rows = meet_first_token(p, rank + 1) - first;
-  const bool quads = cols % 4 == 0;
-  const int width = quads ? 4 : 1, per_token = cols / width;
-  for (int i = tid; i < rows * per_token; i += threads) {
-    const int r = i / per_token, c = (i % per_token) * width;
+#pragma unroll 1
+  for (; r < rows; r += step_r, c += step_c) {
+    if (c >= per_token) c -= per_token, ++r;
+    if (r >= rows) break;
     float v[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 1
     for (int s = 0; s < p.cluster; ++s) {
-      const float* q = s == rank ? red + (first + r) * pitch + c
-                                 : staging + ((s < rank ? s : s - 1) * p.meet_rows + r) * pitch + c;
+      const float* q = s == rank ? red + (first + r) * pitch + c * width
+                                 : staging + ((s < rank ? s : s - 1) * p.meet_rows + r) * pitch + c * width;
       if (quads) {
         const float4 x = *reinterpret_cast<const float4*>(q);
         v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
@@ -406,13 +415,13 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
       }
     }
     if (quads) {
-      finish4<Out>(e, first + r, n0 + c, v);
+      finish4<Out>(e, first + r, n0 + c * 4, v);
     } else {
       finish<Out>(e, first + r, n0 + c, v[0]);
     }
   }
   FP8DK_DIAG_MARK_IF(tid == 0, 9);  // this thread's outputs stored
-  if (tid == 0) bulk_copies_read();
+  if (tid < p.cluster) bulk_copies_read();
   FP8DK_DIAG_MARK_IF(tid == 0, 10);  // the copies have read red
 }
 #endif
@@ -438,6 +447,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   uint64_t* const full = reinterpret_cast<uint64_t*>(ring + p.barrier_offset);
   uint64_t* const empty = full + p.stages;
   __shared__ unsigned arrived;
+  __shared__ int meet_first[kMaxClusterCtas + 1];  // p.cluster > 1: meet_first_token(p, 0 .. p.cluster)
   FP8DK_TRACE_BEGIN();
 #if defined(FP8DK_DIAG_TIMELINE)
   if (threadIdx.x == 0) {
@@ -621,6 +631,13 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
       continue;
     }
 
+    if (p.cluster > 1) {  // the one run of a CTA in a cluster: met below
+#if defined(FP8DK_DIAG_TIMELINE)
+      if (threadIdx.x == 0) FP8DK_DIAG_MARK(6);
+#endif
+      meet_partial_tile<NT, RB>(p, red, acc, wk, row0, lane, meet_first);
+      break;
+    }
     // Partial sums of the warp columns, red[wk][token][row of the tile], once the reducers are done with it.
     if (p.reducers) tma::sync_threads(finishers, kBarRedFree);
     float* mine = red + wk * kMP * p.red_pitch;
@@ -635,14 +652,14 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #if defined(FP8DK_DIAG_TIMELINE)
     if (threadIdx.x == 0 && i >= run) FP8DK_DIAG_MARK(6);
 #endif
-    if (p.cluster > 1) break;  // the one run of a CTA in a cluster: met below
     reduce_run<Out>(p, epilogue(), red, run_tile, ws, counters, arrived, threadIdx.x, threads);
     if (i < run) tma::sync_threads(threads, kBarLastRun);  // red and `arrived` are reused by the next run
   }
   // Out of the loop, with the tile found again from the CTA's index (CTAs c * t .. c * t + c - 1 stream tile t):
   // met inside it, with the run's tile and the pointers it needs held there, one kernel spilled.
   if (p.cluster > 1)
-    meet_tile_in_cluster<Out, NT>(p, epilogue(), red, ring, blockIdx.x / p.cluster, threadIdx.x, consumers * 32);
+    meet_tile_in_cluster<Out>(p, epilogue(), red, ring, meet_first, blockIdx.x / p.cluster, threadIdx.x,
+                              consumers * 32);
   FP8DK_TRACE_END(kSkinnyGemm, p.n, p.k, p.m);
 #if defined(FP8DK_DIAG_TAIL_SPIN)
   // Diagnostic builds only (NVCC_APPEND_FLAGS="-DFP8DK_DIAG_TAIL_SPIN=ns -DFP8DK_DIAG_TAIL_SPIN_N=n"): every CTA

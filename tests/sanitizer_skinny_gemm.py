@@ -93,7 +93,7 @@ def main() -> int:
          None),
         ("e4m3fn M=8 N=2300 K=16384 default (Hopper: a cluster per tile, its meet's bulk copies)", 8, 2300, 16384, FN,
          b16, "contiguous", True, None),
-        ("e4m3fn M=32 N=2301 K=16384 default (Hopper: a cluster per tile, its meet's quad pass)", 32, 2301, 16384, FN,
+        ("e4m3fn M=32 N=2301 K=16384 default (Hopper: a cluster per tile, a last tile of 61 rows)", 32, 2301, 16384, FN,
          b16, "contiguous", True, None),
         ("e4m3fn M=25 N=16384 K=2048 default (Hopper: wgmma, one CTA per tile)", 25, 16384, 2048, FN, f16, "contiguous",
          False, None),

@@ -261,6 +261,11 @@ def test_cluster_per_tile_where_the_grid_is_tile_aligned(nvidia_planner):
         assert plan_one(nvidia_planner, H100, m, 2304, 16384, tma_cluster=0)["cluster_x"] == 1
     # Not tile-aligned (405B gate_up: 132 CTAs over 104 or 208 tiles): no cluster, asked for or not.
     assert plan_one(nvidia_planner, H100, 32, 13312, 16384, tma_cluster=1)["cluster_x"] == 1
+    # The grids of test_skinny_gemm_gpu.py's test_cluster_meet_warp_columns: (warp columns, m, n) -> cluster.
+    for (wk, m, n), ctas in {(1, 8, 2304): 7, (1, 8, 2047): 8, (2, 5, 4096): 2, (4, 8, 2048): 2,
+                             (4, 32, 2047): 2}.items():
+        p = plan_one(nvidia_planner, H100, m, n, 16384, tma_wk=wk, tma_cluster=1)
+        assert p["kernel"] == "copy_engine" and p["wk"] == wk and p["cluster_x"] == ctas, (wk, m, n, p)
 
 
 def test_window_where_the_first_flood_is_the_stream(nvidia_planner):

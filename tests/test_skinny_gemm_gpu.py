@@ -340,6 +340,25 @@ def test_cluster_meet_repeated(kernel, monkeypatch, m, n):
         assert_bitwise_equal(out, expected, f"launch {i}")
 
 
+@pytest.mark.parametrize("wk,m,n", [(1, 8, 2304), (1, 8, 2047), (2, 5, 4096), (4, 8, 2048), (4, 32, 2047)])
+def test_cluster_meet_warp_columns(kernel, monkeypatch, wk, m, n):
+    """The cluster meet's partial tile straight from the accumulators, for every number of warp columns along K
+    that a tile-aligned grid takes (forced; on an H100: one column with clusters of 7 and 8 CTAs, two with 2, four
+    with 2, where each later column adds its fragments after a barrier), with last tiles of 127 rows: bit for bit
+    the workspace protocol's sums, and within the reference's tolerance. Copy engine only: the plan printer
+    (tests/test_plans.py) checks which of these grids are clusters."""
+    if not is_hopper():
+        pytest.skip("the cluster meet is the copy-engine kernel's (sm_90)")
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_WK", str(wk))
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_CLUSTER", "1")
+    a, b, sa, sb, bias, out_dtype = operands(m, n, 16384, torch.float8_e4m3fn, out_dtype=torch.bfloat16, bias=True)
+    clustered = run(kernel, a, b, sa, sb, bias, out_dtype)
+    assert_gemm_close(clustered, a, b, sa, sb, bias, kernel.reference)
+    assert_bitwise_equal(run(kernel, a, b, sa, sb, bias, out_dtype), clustered, "rerun")
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_CLUSTER", "0")
+    assert_bitwise_equal(run(kernel, a, b, sa, sb, bias, out_dtype), clustered, "workspace")
+
+
 @pytest.mark.parametrize("block_n,m", [(16, 1), (32, 1), (128, 4), (64, 16), (128, 16), (128, 32), (256, 32)])
 def test_forced_block_n(kernel, monkeypatch, block_n, m):
     monkeypatch.setenv("FP8DK_SKINNY_BLOCK_N", str(block_n))
