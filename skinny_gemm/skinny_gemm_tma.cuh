@@ -219,11 +219,11 @@ FP8DK_DEVICE void add_partials(const Epilogue& e, const float* ws, long long sli
 }
 
 #if defined(FP8DK_DIAG_TIMELINE) && defined(FP8DK_SM90)
-// Diagnostic builds only (NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TIMELINE, benchmarks/skinny_gemm_timeline.py): thread 0
-// of each CTA keeps the global timer (ns) at entry (slot 0), its first copy (1), its first full stage (2), warp
-// 0's last stage (3), its end (4), the last consumer warp's last stage (5), the last run's reduction (6), and
-// inside that reduction (7-10: reduce_run, meet_tile_in_cluster), and prints them at its end, so a launch's head,
-// stream and tail can be told apart.
+// Diagnostic builds only (NVCC_APPEND_FLAGS=-DFP8DK_DIAG_TIMELINE, benchmarks/skinny_gemm_timeline.py): each CTA
+// keeps the global timer (ns) at entry (slot 0), the producer's first copy (1), the first full stage (2), warp
+// 0's last stage (3), the end (4), the last consumer warp's last stage (5), the last run's reduction (6), and
+// inside that reduction (7-10: reduce_run, meet_tile_in_cluster), and thread 0 prints them at its end, so a
+// launch's head, stream and tail can be told apart.
 static __shared__ unsigned long long diag_t[11];
 #define FP8DK_DIAG_MARK(slot) (diag_t[slot] = global_timer_ns())
 #define FP8DK_DIAG_MARK_IF(cond, slot) ((cond) ? (void)FP8DK_DIAG_MARK(slot) : (void)0)
@@ -256,6 +256,9 @@ FP8DK_DEVICE void for_each_fragment(const float (&acc)[RB][NT][4], int lane, F&&
       for (int j = 0; j < 4; ++j) f(nt * 8 + 2 * t + (j & 1), rb * kRowBlock + g + 8 * (j >> 1), acc[rb][nt][j]);
 }
 
+// Rows of tile rows [n0, n0 + block_n) that exist in out (the last tile may end past n).
+FP8DK_DEVICE int tile_cols(const TmaPlan& p, int n0) { return p.block_n < p.n - n0 ? p.block_n : p.n - n0; }
+
 // The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
 // partial sums. Adds them in column order and finishes the tile (alone) or meets the tile's other
 // contributions in the workspace. `tid` of `threads` threads; `arrived` a shared word of theirs.
@@ -264,7 +267,7 @@ FP8DK_DEVICE void reduce_run(const TmaPlan& p, const Epilogue& e, float* red, in
                              float* ws, unsigned* counters, unsigned& arrived, int tid, int threads) {
   const int mp = p.nt * 8;
   const int n0 = tile * p.block_n;
-  const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
+  const int cols = tile_cols(p, n0);
   // Four rows of the tile per thread where the workspace rows allow 16-byte accesses (red's always do).
   const bool quads = (cols % 4 == 0) && (p.n % 4 == 0);
   const int width = quads ? 4 : 1, per_token = cols / width;
@@ -322,6 +325,9 @@ FP8DK_DEVICE int meet_first_token(const TmaPlan& p, int rank) { return rank * p.
 // The meet's mbarrier, after the ring's full and empty barriers (`full`: the first of them).
 FP8DK_DEVICE uint64_t* meet_landed(const TmaPlan& p, uint64_t* full) { return full + 2 * p.stages; }
 
+// The staging slot at rank `receiver` that rank `sender`'s rows land in: the peers' slots in rank order.
+FP8DK_DEVICE int meet_slot(int sender, int receiver) { return sender < receiver ? sender : sender - 1; }
+
 // The bytes of partial sums the peers send a rank: its tokens' rows of red, from each of the other CTAs.
 FP8DK_DEVICE unsigned meet_bytes(const TmaPlan& p, int rank) {
   const int rows = meet_first_token(p, rank + 1) - meet_first_token(p, rank);
@@ -377,7 +383,7 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
   float* const staging = reinterpret_cast<float*>(ring + p.staging_offset);
   uint64_t* const landed = meet_landed(p, reinterpret_cast<uint64_t*>(ring + p.barrier_offset));
   const int pitch = p.red_pitch, n0 = tile * p.block_n;
-  const int cols = p.block_n < p.n - n0 ? p.block_n : p.n - n0;
+  const int cols = tile_cols(p, n0);
   const int rank = static_cast<int>(cluster_rank());
   // This thread's first element (token r of the rank's, quad or row c of the tile) and the step to its next.
   const bool quads = cols % 4 == 0;
@@ -390,9 +396,8 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
   const int first = first_tokens[rank], rows = first_tokens[rank + 1] - first;
   if (tid < p.cluster && tid != rank) {
     const int peer_first = first_tokens[tid], peer_rows = first_tokens[tid + 1] - peer_first;
-    const int slot = rank < tid ? rank : rank - 1;
     if (peer_rows > 0)
-      copy_to_cluster_shared_async(staging + slot * p.meet_rows * pitch, red + peer_first * pitch,
+      copy_to_cluster_shared_async(staging + meet_slot(rank, tid) * p.meet_rows * pitch, red + peer_first * pitch,
                                    static_cast<unsigned>(peer_rows * pitch) * sizeof(float),
                                    static_cast<unsigned>(tid), landed);
   }
@@ -406,7 +411,7 @@ FP8DK_DEVICE void meet_tile_in_cluster(const TmaPlan& p, const Epilogue& e, floa
 #pragma unroll 1
     for (int s = 0; s < p.cluster; ++s) {
       const float* q = s == rank ? red + (first + r) * pitch + c * width
-                                 : staging + ((s < rank ? s : s - 1) * p.meet_rows + r) * pitch + c * width;
+                                 : staging + (meet_slot(s, rank) * p.meet_rows + r) * pitch + c * width;
       if (quads) {
         const float4 x = *reinterpret_cast<const float4*>(q);
         v[0] += x.x, v[1] += x.y, v[2] += x.z, v[3] += x.w;
@@ -632,9 +637,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
     }
 
     if (p.cluster > 1) {  // the one run of a CTA in a cluster: met below
-#if defined(FP8DK_DIAG_TIMELINE)
-      if (threadIdx.x == 0) FP8DK_DIAG_MARK(6);
-#endif
+      FP8DK_DIAG_MARK_IF(threadIdx.x == 0, 6);
       meet_partial_tile<NT, RB>(p, red, acc, wk, row0, lane, meet_first);
       break;
     }
