@@ -104,6 +104,9 @@ FP8DK_DEVICE void finish4(const Epilogue& e, int m, int n, const float (&acc)[4]
 // How the contributions to a tile meet (above).
 enum class Meet { kAlone, kCluster, kWorkspace };
 
+// Rows of the tile of rows [n0, n0 + block_n) that exist in out[., n) (the last tile may end past n).
+FP8DK_DEVICE int rows_in_tile(int block_n, int n, int n0) { return block_n < n - n0 ? block_n : n - n0; }
+
 struct TileArgs {
   int red_pitch, mp, wk;  // red[wk][mp][red_pitch] floats: the warp columns' partial sums
   int block_n, n0;        // tile rows [n0, n0 + block_n) of out
@@ -113,8 +116,7 @@ struct TileArgs {
   float* ws;              // kWorkspace: [contributions][m][n]
   unsigned* counters;     // kWorkspace: [tiles], zero on entry and on exit
 
-  // Tile rows that exist in out (the last tile may end past n).
-  FP8DK_DEVICE int cols() const { return block_n < n - n0 ? block_n : n - n0; }
+  FP8DK_DEVICE int cols() const { return rows_in_tile(block_n, n, n0); }
   // Element (r, c) of this CTA's partial tile: red's warp columns added in column order.
   FP8DK_DEVICE float cta_sum(const float* red, int r, int c) const {
     float v = 0.f;

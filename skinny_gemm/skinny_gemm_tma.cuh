@@ -256,8 +256,7 @@ FP8DK_DEVICE void for_each_fragment(const float (&acc)[RB][NT][4], int lane, F&&
       for (int j = 0; j < 4; ++j) f(nt * 8 + 2 * t + (j & 1), rb * kRowBlock + g + 8 * (j >> 1), acc[rb][nt][j]);
 }
 
-// Rows of tile rows [n0, n0 + block_n) that exist in out (the last tile may end past n).
-FP8DK_DEVICE int tile_cols(const TmaPlan& p, int n0) { return p.block_n < p.n - n0 ? p.block_n : p.n - n0; }
+FP8DK_DEVICE int tile_cols(const TmaPlan& p, int n0) { return rows_in_tile(p.block_n, p.n, n0); }
 
 // The reduction of one tile's run of this CTA: red[wk][token][row of the tile] holds the warp columns'
 // partial sums. Adds them in column order and finishes the tile (alone) or meets the tile's other
