@@ -79,6 +79,8 @@ inline Overrides read_overrides() {
   o.tma.reducers = tristate("FP8DK_SKINNY_TMA_REDUCERS");
   o.tma.ctas = positive("FP8DK_SKINNY_TMA_CTAS");
   o.tma.window = positive("FP8DK_SKINNY_TMA_WINDOW");
+  o.tma.ahead = positive("FP8DK_SKINNY_TMA_AHEAD");
+  o.tma.first = positive("FP8DK_SKINNY_TMA_FIRST");
   o.tma.cluster = tristate("FP8DK_SKINNY_TMA_CLUSTER");
   o.block_n = positive("FP8DK_SKINNY_BLOCK_N");
   o.split_k = positive("FP8DK_SKINNY_SPLIT_K");

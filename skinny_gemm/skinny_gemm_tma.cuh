@@ -504,19 +504,24 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
           if (activations) tma::copy_2d(stage + w * box_bytes + p.weight_box_bytes, &map_a, k0, 0, bar);
         }
       };
-      const int first = run < p.window ? run : p.window;
+      // Before the wait for the previous kernel: the weights of the first `ahead` units (they depend on nothing).
+      // After it: their activations, then whole units until `first_units` are requested (the rest of the ring).
+      const int ahead = run < p.ahead ? run : p.ahead;
+      const int first = run < p.first_units ? run : p.first_units;
       int i = 0, tile = 0, kb = 0;
       if (run > 0) work.unit(p, 0, tile, kb);
       const int tile0 = tile, kb0 = kb;
       FP8DK_DIAG_MARK(1);
-      for (; i < first; work.advance(p, i, tile, kb)) copy(i, tile, kb, true, false);
+      for (; i < ahead; work.advance(p, i, tile, kb)) copy(i, tile, kb, true, false);
       wait_for_prior_grid();
-      for (int j = 0, t = tile0, b = kb0; j < first; work.advance(p, j, t, b)) copy(j, t, b, false, true);
+      for (int j = 0, t = tile0, b = kb0; j < ahead; work.advance(p, j, t, b)) copy(j, t, b, false, true);
+      for (; i < first; work.advance(p, i, tile, kb)) copy(i, tile, kb, true, true);
       // Unit i takes slot i % stages, on the slot's (i / stages)-th fill: its `full` phase has parity
       // (i / stages) & 1, and the fill waits for the consumers to have emptied the slot's previous one. With a
       // window below the ring, unit i also waits until unit i - window has landed.
       int slot = first % p.stages, round = first / p.stages;
-      int landed_slot = 0, landed_round = 0;  // unit i - window
+      const int landed_unit = first > p.window ? first - p.window : 0;  // unit i - window, for i = first
+      int landed_slot = landed_unit % p.stages, landed_round = landed_unit / p.stages;
       for (; i < run; work.advance(p, i, tile, kb)) {
         if (round > 0) tma::wait(empty + slot, (round & 1) ^ 1);
         if (p.window < p.stages) {

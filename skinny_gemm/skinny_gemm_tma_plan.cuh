@@ -58,6 +58,10 @@ struct TmaPlan {
   int box_elems;         // K elements of a box row = 128 / elem_bytes
   int stages;            // ring depth
   int window;            // stages in flight (issued, not yet landed) at most: stages, or fewer (FP8DK_SKINNY_TMA_WINDOW)
+  int ahead;             // stages whose weights are requested before the wait for the previous kernel: the window,
+                         // or up to the ring (FP8DK_SKINNY_TMA_AHEAD)
+  int first_units;       // units requested before the main loop's window waits: the ring, or fewer but at least the
+                         // window and `ahead` (FP8DK_SKINNY_TMA_FIRST)
   int weight_box_bytes;  // block_n * 128
   int act_box_bytes;     // nt * 8 * 128
   int stage_bytes;       // boxes * (weight_box_bytes + act_box_bytes)
@@ -87,6 +91,8 @@ struct TmaOverrides {
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
   int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
   int window = 0;        // at most this many stages in flight (0: the ring's)
+  int ahead = 0;         // this many stages' weights before the PDL wait, at most the ring (0: the window)
+  int first = 0;         // this many units requested before the main loop, at most the ring (0: the ring)
   int cluster = -1;      // 0: never a cluster per tile, 1: wherever the grid is tile-aligned, -1: the plan's rule (1)
 };
 
@@ -323,6 +329,17 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
       p.smem_bytes = p.staging_offset + staging_bytes + kTmaAlignSlack;
     }
   }
+  // Before the wait for the previous kernel the producer requests the weights of the window's units: fewer
+  // (1 or 2 stages) made the decode step 0.44-0.61 ms slower at batch 32, the ring's 0.17 ms
+  // (docs/experiments/README.md, item 93). After the wait it requests their activations and then fills the rest
+  // of the ring at once: unit `window` would otherwise wait until unit 0 has landed, and unit 0's activations
+  // queue behind the window's weights. Measured in the decode step on an H100 (session 36, benchmarks/results/
+  // nvidia-h100/session36-2026-11-27/first-ring/): batch 1 0.084 and 0.087 ms faster, batch 8 and 32 level
+  // (-0.011, -0.018 ms). FP8DK_SKINNY_TMA_FIRST requests that many units instead (at least the window).
+  p.ahead = o.ahead == 0 ? p.window : o.ahead < p.stages ? o.ahead : p.stages;
+  p.first_units = o.first == 0 ? p.stages : o.first > p.window ? o.first : p.window;
+  p.first_units = p.ahead > p.first_units ? p.ahead : p.first_units;
+  p.first_units = p.first_units < p.stages ? p.first_units : p.stages;
   out = p;
   return true;
 }

@@ -116,6 +116,9 @@ def test_copy_engine_plans_legal(copy_engine_plans):
         for key in ("weight_box_bytes", "act_box_bytes", "stage_bytes"):
             assert p[key] % 1024 == 0, (key, where)
         assert 2 <= p["stages"] <= MAX_STAGES and p["barrier_offset"] % 8 == 0, where
+        # The producer: the window's weights before the PDL wait, then the rest of the ring at once (session 36).
+        assert 1 <= p["window"] <= p["stages"] and p["ahead"] == p["window"], where
+        assert p["first_units"] == p["stages"], where
         assert p["barrier_offset"] >= p["stages"] * p["stage_bytes"] + p["red_pitch"] * 4 * 8 * p["nt"], where
         # Shared memory within the opt-in limit less the reserve, and the kernel's limit raised to exactly that.
         assert p["smem"] == p["smem_bytes"] <= smem - SMEM_RESERVE == p["smem_opt_in"], where
