@@ -59,7 +59,7 @@ struct TmaPlan {
   int stages;            // ring depth
   int window;            // stages in flight (issued, not yet landed) at most: stages, or fewer (FP8DK_SKINNY_TMA_WINDOW)
   int ahead;             // stages whose weights are requested before the wait for the previous kernel: the window,
-                         // or up to the ring (FP8DK_SKINNY_TMA_AHEAD)
+                         // or 1 up to the ring (FP8DK_SKINNY_TMA_AHEAD)
   int first_units;       // units requested before the main loop's window waits: the ring, or fewer but at least the
                          // window and `ahead` (FP8DK_SKINNY_TMA_FIRST)
   int weight_box_bytes;  // block_n * 128
