@@ -264,8 +264,8 @@ def test_cpu_vs_eager_runs_a_case():
 def test_routing_tables_follow_their_sweeps(kernel_cpu):
     """routing.py's tables are what benchmarks/routing_table.py draws from the sweeps they cite (the H100 table
     from session 23's three runs, the H200 table from session 22's two runs averaged, and the rows of the shapes
-    whose tiling session 23 changed from that session's two), except the H200's 405B shapes above 20 tokens and
-    405B gate_up at 7-12, which follow the decode step's measurement instead (routing.py says why)."""
+    whose tiling session 23 changed from that session's two), except the H200's four 405B shapes, which follow the
+    decode step's measurement instead (routing.py says why)."""
     spec = importlib.util.spec_from_file_location("routing_table", BENCHMARKS / "routing_table.py")
     routing_table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(routing_table)
@@ -284,8 +284,6 @@ def test_routing_tables_follow_their_sweeps(kernel_cpu):
     h200 |= {shape: m for shape, m in derived("nvidia-h200/session23-2026-11-26/sweep-a-31c8fa5/sweep.json",
                                               "nvidia-h200/session23-2026-11-26/sweep-b-31c8fa5/sweep.json").items()
              if shape in replanned}
-    step_shapes = {(2304, 16384), (16384, 2048), (16384, 6656)}  # 405B qkv, o, down
-    for shape in step_shapes:
-        h200[shape] |= set(routing._H200_STEP_TORCH_M)
-    h200[(13312, 16384)] -= set(routing._H200_GATE_UP_STEP_OURS_M)  # 405B gate_up, also by the step
+    for shape in routing._H200_STEP_OURS_SHAPES:  # 405B's four, ours at every M by the decode step
+        h200[shape] = set()
     assert h200 == {shape: set(m) for shape, m in routing._H200_SLOWER_M.items()}

@@ -246,7 +246,7 @@ def test_routing_lookup_traces_with_a_symbolic_token_count(kernel_cpu):
     break for both parts, measured and unmeasured shapes alike (`m in range(...)` did not: the H200's default
     for unmeasured shapes failed test_torch_compile_gpu), and decide as it does eagerly."""
     routing = kernel_cpu.routing
-    shapes = [(2304, 16384), (16384, 2048), (6144, 4096), (2304, 2048), (4096, 4096), (32768, 8192)]
+    shapes = [(2304, 16384), (8192, 28672), (28672, 4096), (6144, 4096), (2304, 2048), (4096, 4096), (32768, 8192)]
 
     def decisions(x):
         m = x.shape[0]
@@ -261,12 +261,13 @@ def test_routing_lookup_traces_with_a_symbolic_token_count(kernel_cpu):
             assert torch.equal(compiled(x), decisions(x)), m
     finally:
         torch._dynamo.reset()
-    # And what the tables say: the H200 hands 405B gate_up to torch._scaled_mm above 12 tokens and 405B's other
-    # GEMMs above 20 (the decode step's measurement); the H100 an unmeasured shape under 24 MiB above 4 tokens,
-    # one of 24 MiB or more never.
-    assert [routing._scaled_mm_faster("h200", m, 13312, 16384, 1) for m in (12, 13)] == [False, True]
-    for n, k in ((2304, 16384), (16384, 2048), (16384, 6656)):
-        assert [routing._scaled_mm_faster("h200", m, n, k, 1) for m in (20, 21)] == [False, True]
+    # And what the tables say: the H200 never hands 405B's four GEMMs to torch._scaled_mm (the decode step's
+    # measurement), 70B down above 12 tokens, 8B gate_up above 20; the H100 an unmeasured shape under 24 MiB above
+    # 4 tokens, one of 24 MiB or more never.
+    for n, k in ((2304, 16384), (16384, 2048), (13312, 16384), (16384, 6656)):
+        assert not any(routing._scaled_mm_faster("h200", m, n, k, 1) for m in range(1, 33))
+    assert [routing._scaled_mm_faster("h200", m, 8192, 28672, 1) for m in (12, 13)] == [False, True]
+    assert [routing._scaled_mm_faster("h200", m, 28672, 4096, 1) for m in (20, 21)] == [False, True]
     assert [routing._scaled_mm_faster("h100", m, 4096, 4096, 1) for m in (4, 5)] == [False, True]
     assert not any(routing._scaled_mm_faster("h100", m, 32768, 8192, 1) for m in range(1, 33))
 

@@ -548,11 +548,11 @@ def test_torch_compile_gpu(kernel, dtype, m):
 
 @pytest.mark.parametrize("m", (1, 8, 16, 24, 32))
 def test_routing_to_scaled_mm(kernel, monkeypatch, m):
-    """Where routing.py hands a call to torch._scaled_mm (on an H200, 405B gate_up, measured faster there above
-    12 tokens; on an H100, where every measured shape won, an unmeasured one of 16 MiB above 4 tokens), the
-    wrapper returns exactly torch._scaled_mm's result; elsewhere, and with FP8DK_SKINNY_ROUTE=0, our kernel's."""
+    """Where routing.py hands a call to torch._scaled_mm (on an H200, 70B down, measured faster there above 12
+    tokens; on an H100, where every measured shape won, an unmeasured one of 16 MiB above 4 tokens), the wrapper
+    returns exactly torch._scaled_mm's result; elsewhere, and with FP8DK_SKINNY_ROUTE=0, our kernel's."""
     h200 = is_hopper() and "H200" in torch.cuda.get_device_name()
-    n, k = (13312, 16384) if h200 else (4096, 4096)
+    n, k = (8192, 28672) if h200 else (4096, 4096)
     a, b, sa, sb, bias, out_dtype = operands(m, n, k, torch.float8_e4m3fn, out_dtype=torch.bfloat16, bias=True)
     routed = is_hopper() and kernel.routing.prefer_scaled_mm(a, b)
     assert routed == (is_hopper() and (m >= 13 if h200 else m > 4))

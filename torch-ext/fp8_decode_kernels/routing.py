@@ -44,24 +44,20 @@ _SM90_LARGE_WEIGHT_BYTES = 24 << 20
 # plan is tuned on the H100; on the H200 our kernel wins the 405B shapes but gate_up from 8 tokens, and loses 70B
 # qkv and, above 8 tokens, 70B down, so unmeasured shapes go to torch._scaled_mm at every M.
 #
-# Above 20 tokens the four 405B TP8 shapes go to torch._scaled_mm on the H200 although our kernel wins or ties them
-# alone: in the decode step our GEMMs were slower there, and together rather than one by one (session 18,
-# benchmarks/results/nvidia-h200/session18-2026-11-26/, benchmarks/decode_attribution.py --study swap: all four
-# on torch._scaled_mm 0.86 ms faster at batch 24 and 1.07 ms at 32, any one alone within -0.3 / +0.3 ms; at
-# batch 8 and 16 our GEMMs 0.33-0.73 ms faster). Between the measured 16 and 24, 20 goes with 16.
-#
-# 405B gate_up from 7 to 12 tokens stays on our kernel although torch._scaled_mm ran it 1-2% faster alone at 8:
-# in the decode step at batch 8, handing it to torch._scaled_mm was 0.50 ms slower (session 23,
-# benchmarks/results/nvidia-h200/session23-2026-11-26/attribution-b8/, both in the slow process state: 4 us a layer,
-# against the 1 us it gains alone; a cuBLAS kernel between two of ours breaks both programmatic hand-offs).
+# The four 405B TP8 shapes run our kernel at every M on the H200, by the decode step, although torch._scaled_mm
+# runs 405B gate_up 1-5% faster alone from 8 tokens: in the step, all four on our kernel against this table's
+# earlier rule (405B's GEMMs on torch._scaled_mm above 20 tokens, gate_up from 13) were 0.64 ms faster at batch 16,
+# 0.90 ms at 24 and 0.61-0.62 ms at 32 (two runs), and any one class handed to torch._scaled_mm alone at 32 was
+# 0.45-0.92 ms slower than all four on ours: a cuBLAS kernel between two of ours breaks both programmatic hand-offs
+# (session 37, benchmarks/results/nvidia-h200/session37-2026-11-27/route-*/, decode_attribution.py --study env
+# with FP8DK_SKINNY_ROUTE=0). Sessions 18 and 23 had measured the same study on the kernels of their time.
 _EVERY_M = frozenset(range(1, 33))
-_H200_STEP_TORCH_M = frozenset(range(21, 33))
-_H200_GATE_UP_STEP_OURS_M = frozenset(range(7, 13))
+_H200_STEP_OURS_SHAPES = frozenset({(2304, 16384), (16384, 2048), (13312, 16384), (16384, 6656)})
 _H200_SLOWER_M = {
-    (2304, 16384): _H200_STEP_TORCH_M,                           # 405B qkv: 1.06-1.19x alone
-    (16384, 2048): _H200_STEP_TORCH_M,                           # 405B o: 1.10-1.15x alone
-    (13312, 16384): frozenset(range(7, 33)) - _H200_GATE_UP_STEP_OURS_M,  # 405B gate_up: 1.06x to 4, 0.91-0.99x from 8
-    (16384, 6656): _H200_STEP_TORCH_M,                           # 405B down: 1.04-1.07x alone
+    (2304, 16384): frozenset(),                                  # 405B qkv: 1.06-1.19x alone
+    (16384, 2048): frozenset(),                                  # 405B o: 1.10-1.15x alone
+    (13312, 16384): frozenset(),                                 # 405B gate_up: 1.06x to 4, 0.91-0.99x from 8 alone
+    (16384, 6656): frozenset(),                                  # 405B down: 1.04-1.07x alone
     (10240, 8192): _EVERY_M,                                     # 70B qkv: 0.92-0.96x
     (8192, 28672): frozenset(range(13, 33)),                     # 70B down: 1.03x up to 8, 0.96-0.98x above
     (6144, 4096): frozenset(range(7, 13)),                       # 8B qkv: 0.99x at 8, 1.00-1.04x elsewhere
