@@ -47,10 +47,11 @@ _SM90_LARGE_WEIGHT_BYTES = 24 << 20
 # The four 405B TP8 shapes run our kernel at every M on the H200, by the decode step, although torch._scaled_mm
 # runs 405B gate_up 1-5% faster alone from 8 tokens: in the step, all four on our kernel against this table's
 # earlier rule (405B's GEMMs on torch._scaled_mm above 20 tokens, gate_up from 13) were 0.64 ms faster at batch 16,
-# 0.90 ms at 24 and 0.61-0.62 ms at 32 (two runs), and any one class handed to torch._scaled_mm alone at 32 was
-# 0.45-0.92 ms slower than all four on ours: a cuBLAS kernel between two of ours breaks both programmatic hand-offs
-# (session 37, benchmarks/results/nvidia-h200/session37-2026-11-27/route-*/, decode_attribution.py --study env
-# with FP8DK_SKINNY_ROUTE=0). Sessions 18 and 23 had measured the same study on the kernels of their time.
+# 0.90 ms at 24 and 0.61-0.62 ms at 32 (two runs), while any one class alone on ours among three on
+# torch._scaled_mm was 0.45-0.92 ms slower than all four on it: a cuBLAS kernel beside ours breaks programmatic
+# hand-offs (session 37, benchmarks/results/nvidia-h200/session37-2026-11-27/route-*/, decode_attribution.py
+# --study env with FP8DK_SKINNY_ROUTE=0). Sessions 18 and 23 had measured the same study on the kernels of their
+# time.
 _EVERY_M = frozenset(range(1, 33))
 _H200_STEP_OURS_SHAPES = frozenset({(2304, 16384), (16384, 2048), (13312, 16384), (16384, 6656)})
 _H200_SLOWER_M = {
