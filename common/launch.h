@@ -7,7 +7,10 @@
 //     the kernel before it on the stream finishes, so its launch latency and prologue hide behind that tail.
 //     A decode step is a chain of short kernels, where the ~1-2 us between two of them is a large part of
 //     each. Captured into CUDA graphs as programmatic edges (CUDA 12.3+).
-// Tuning override FP8DK_PDL (README, "Tuning overrides"): 0 launches without PDL.
+//     Under CUDA-graph capture a kernel that follows a foreign kernel (one not launched here: PyTorch's SDPA,
+//     say) may start once that kernel's CTAs are all running, not only at its end (start_at_foreign_launch).
+// Tuning overrides (README, "Tuning overrides"): FP8DK_PDL=0 launches without PDL; FP8DK_PDL_FOREIGN=0 keeps a
+// captured launch after a foreign kernel waiting for that kernel's end.
 //
 // Written for both vendors by hand (common/ headers reach hipcc as written: see device_info.h). On ROCm a
 // launch is the plain triple-chevron one: AMD has neither attribute.
@@ -15,6 +18,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <utility>
 
@@ -24,6 +28,7 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "common/launch_stats.h"
 #include "common/plan.h"
 #include "common/tuning.h"
 
@@ -95,6 +100,95 @@ inline int ptx_version(const void* kernel) {
 
 // FP8DK_PDL (top of the file): PDL unless it is 0.
 inline bool pdl_requested() { return tuning::flag("FP8DK_PDL", true); }
+
+// FP8DK_PDL_FOREIGN (top of the file): a captured launch may start at a foreign kernel's launch completion unless
+// it is 0.
+inline bool after_foreign_requested() { return tuning::flag("FP8DK_PDL_FOREIGN", true); }
+
+// The graph nodes this file's launches created, per capture sequence (the last few sequences), so that a launch can
+// tell a dependency on one of this package's kernels (which lets the next kernel start where it calls
+// allow_next_grid) from one on a foreign kernel (which lets it start only at its end).
+class OwnNodes {
+ public:
+  static OwnNodes& get() {
+    static OwnNodes nodes;
+    return nodes;
+  }
+  void add(unsigned long long capture, cudaGraphNode_t node) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    nodes_[capture].insert(node);
+    while (nodes_.size() > kCaptures) nodes_.erase(nodes_.begin());  // capture ids grow over a process's life
+  }
+  bool contains(unsigned long long capture, cudaGraphNode_t node) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = nodes_.find(capture);
+    return it != nodes_.end() && it->second.count(node) > 0;
+  }
+
+ private:
+  static constexpr size_t kCaptures = 8;
+  std::mutex mutex_;
+  std::map<unsigned long long, std::set<cudaGraphNode_t>> nodes_;
+};
+
+// The stream's capture sequence and its one dependency (the node the next launch will follow); false when the
+// stream is not capturing or the next launch would follow several nodes or none.
+inline bool capture_dependency(cudaStream_t stream, unsigned long long& capture, cudaGraphNode_t& node,
+                               const cudaGraphEdgeData** edge) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  size_t count = 0;
+  *edge = nullptr;
+#if CUDART_VERSION >= 13000
+  const cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, &capture, nullptr, &deps, edge, &count);
+#else
+  const cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, &capture, nullptr, &deps, edge, &count);
+#endif
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // e.g. the legacy stream while another stream captures: launch as usual
+    return false;
+  }
+  if (status != cudaStreamCaptureStatusActive || count != 1) return false;
+  node = deps[0];
+  return true;
+}
+
+// Under stream capture, where the next launch would follow one foreign kernel node with a plain edge (a PyTorch
+// kernel such as SDPA, which never calls allow_next_grid and so lets a PDL launch start only at its end), makes
+// that edge programmatic from the foreign kernel's launch-completion port: the next kernel may start once every
+// CTA of the foreign one is running (so it cannot take an SM the foreign kernel still needs) and its
+// wait_for_prior_grid still returns only once that kernel has completed. A GEMM then requests its first weights
+// while the foreign kernel runs. Returns whether it did; the launch then carries no PDL attribute (the edge is set).
+inline bool start_at_foreign_launch(cudaStream_t stream) {
+  unsigned long long capture = 0;
+  cudaGraphNode_t node = nullptr;
+  const cudaGraphEdgeData* edge = nullptr;
+  if (!capture_dependency(stream, capture, node, &edge)) return false;
+  if (edge != nullptr && edge->type != cudaGraphDependencyTypeDefault) return false;
+  cudaGraphNodeType type;
+  check(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
+  if (type != cudaGraphNodeTypeKernel || OwnNodes::get().contains(capture, node)) return false;
+  cudaGraphEdgeData programmatic = {};
+  programmatic.from_port = cudaGraphKernelNodePortLaunchCompletion;
+  programmatic.type = cudaGraphDependencyTypeProgrammatic;
+#if CUDART_VERSION >= 13000
+  check(cudaStreamUpdateCaptureDependencies(stream, &node, &programmatic, 1, cudaStreamSetCaptureDependencies),
+        "cudaStreamUpdateCaptureDependencies");
+#else
+  check(cudaStreamUpdateCaptureDependencies_v2(stream, &node, &programmatic, 1, cudaStreamSetCaptureDependencies),
+        "cudaStreamUpdateCaptureDependencies_v2");
+#endif
+  ++foreign_launch_starts();
+  return true;
+}
+
+// After a launch on a capturing stream: its node is one of this package's.
+inline void remember_own_launch(cudaStream_t stream) {
+  unsigned long long capture = 0;
+  cudaGraphNode_t node = nullptr;
+  const cudaGraphEdgeData* edge = nullptr;
+  if (capture_dependency(stream, capture, node, &edge)) OwnNodes::get().add(capture, node);
+}
 
 }  // namespace launch_detail
 
@@ -198,9 +292,12 @@ void launch_kernel(void (*kernel)(Params...), const LaunchShape& s, Stream strea
 #else
   const bool pdl = launch_detail::pdl_requested() &&
                    launch_detail::ptx_version(reinterpret_cast<const void*>(kernel)) >= 90;
+  const bool foreign = pdl && launch_detail::after_foreign_requested();
+  const bool at_foreign_launch = foreign && launch_detail::start_at_foreign_launch(stream);
   cudaLaunchAttribute attrs[2];
-  const cudaLaunchConfig_t c = launch_detail::config(s, stream, pdl, attrs);
+  const cudaLaunchConfig_t c = launch_detail::config(s, stream, pdl && !at_foreign_launch, attrs);
   launch_detail::check(cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
+  if (foreign) launch_detail::remember_own_launch(stream);
 #endif
 }
 

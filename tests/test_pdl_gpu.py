@@ -134,3 +134,47 @@ def test_bad_override_is_rejected(kernel, monkeypatch):
     monkeypatch.setenv("FP8DK_PDL", "yes")
     with pytest.raises(ValueError, match="FP8DK_PDL must be 0 or 1"):
         kernel.silu_and_mul(x)
+
+
+@pytest.mark.parametrize("foreign", ["1", "0"])
+@pytest.mark.parametrize("m", [1, 32])
+def test_graph_after_foreign_kernel(kernel, m, foreign):
+    """Under capture an op that follows a PyTorch kernel may start once that kernel's CTAs all run
+    (FP8DK_PDL_FOREIGN, on by default), and must still wait for its end. A long PyTorch matmul writes the
+    quantization's input, then the quantization and an FP8 GEMM follow (o after SDPA in a decode step); each
+    replay gets new inputs and poisoned intermediates, so an op that read before the matmul ended would return
+    NaN or the last replay's result."""
+    fp8 = kernel.native_fp8_dtype(torch.device(DEVICE))
+    g = torch.Generator(device=DEVICE).manual_seed(7)
+    hidden, inner, n = 2048, 8192, 4096
+    a = torch.empty(m, inner, dtype=torch.bfloat16, device=DEVICE)
+    b = torch.randn(hidden, inner, device=DEVICE, generator=g).to(torch.bfloat16) / inner**0.5
+    w = torch.randn(n, hidden, device=DEVICE, generator=g).to(fp8)
+    x_scale, w_scale = torch.full((1,), 1 / 64, device=DEVICE), torch.full((1,), 1 / hidden**0.5, device=DEVICE)
+    h = torch.empty(m, hidden, dtype=torch.bfloat16, device=DEVICE)
+    xq = torch.empty(m, hidden, dtype=fp8, device=DEVICE)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device=DEVICE)
+
+    def step():
+        torch.matmul(a, b.t(), out=h)
+        kernel.ops.quantize_fp8(xq, h, x_scale)
+        kernel.ops.skinny_gemm(out, xq, w, x_scale, w_scale, None)
+
+    a.normal_(generator=g)
+    step()  # warm-up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    before = kernel.ops._pdl_foreign_starts()
+    with kernel.tuning_overrides({"FP8DK_PDL_FOREIGN": foreign}), torch.cuda.graph(graph):
+        step()
+    # PDL needs sm_90 and CUDA; then the quantization, and only it, follows a foreign kernel.
+    pdl = torch.version.hip is None and torch.cuda.get_device_capability()[0] >= 9
+    assert kernel.ops._pdl_foreign_starts() - before == (1 if pdl and foreign == "1" else 0)
+    for replay in range(6):
+        a.normal_(generator=g)
+        h.fill_(float("nan")), xq.fill_(float("nan")), out.fill_(float("nan"))
+        graph.replay()
+        got = out.clone()
+        step()  # eager: the reference
+        torch.cuda.synchronize()
+        assert_bitwise_equal(got, out, f"graph replay {replay}")

@@ -1,6 +1,7 @@
 #include <torch/all.h>
 #include <torch/library.h>
 
+#include "common/launch_stats.h"
 #include "common/tuning.h"
 #include "registration.h"
 #include "torch_binding.h"
@@ -8,6 +9,10 @@
 // Forget the FP8DK_* tuning overrides read so far (common/tuning.h): the next launch reads the environment
 // again. For tests and tuning tools that change the environment inside one process.
 static void reload_tuning() { fp8dk::tuning::reload(); }
+
+// Launches captured so far in this process to start at a foreign kernel's launch completion (common/launch.h):
+// tests check that the path they exercise was taken.
+static int64_t pdl_foreign_starts() { return fp8dk::foreign_launch_starts().load(); }
 
 #if defined(CPU_KERNEL)
 #include "common/cpu_simd.h"
@@ -28,6 +33,9 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("quantize_fp8(Tensor! out, Tensor input, Tensor scale) -> ()");
   ops.def("_reload_tuning() -> ()");
   ops.impl("_reload_tuning", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &reload_tuning));
+  ops.def("_pdl_foreign_starts() -> int");
+  ops.impl("_pdl_foreign_starts",
+           torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &pdl_foreign_starts));
 
 #if defined(CPU_KERNEL)
   ops.def("cpu_isa() -> str");
