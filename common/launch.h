@@ -131,43 +131,48 @@ class OwnNodes {
   std::map<unsigned long long, std::set<cudaGraphNode_t>> nodes_;
 };
 
-// The stream's capture sequence and its one dependency (the node the next launch will follow); false when the
-// stream is not capturing or the next launch would follow several nodes or none.
-inline bool capture_dependency(cudaStream_t stream, unsigned long long& capture, cudaGraphNode_t& node,
-                               const cudaGraphEdgeData** edge) {
+// A stream's capture state: whether it is capturing, the capture sequence, and the one node the next launch will
+// follow (nullptr where it would follow several or none) with that edge's data (nullptr: a plain edge).
+struct CaptureState {
+  bool active = false;
+  unsigned long long id = 0;
+  cudaGraphNode_t node = nullptr;
+  const cudaGraphEdgeData* edge = nullptr;
+};
+
+inline CaptureState capture_state(cudaStream_t stream) {
+  CaptureState c;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   const cudaGraphNode_t* deps = nullptr;
   size_t count = 0;
-  *edge = nullptr;
 #if CUDART_VERSION >= 13000
-  const cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, &capture, nullptr, &deps, edge, &count);
+  const cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, &c.id, nullptr, &deps, &c.edge, &count);
 #else
-  const cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, &capture, nullptr, &deps, edge, &count);
+  const cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, &c.id, nullptr, &deps, &c.edge, &count);
 #endif
   if (e != cudaSuccess) {
     (void)cudaGetLastError();  // e.g. the legacy stream while another stream captures: launch as usual
-    return false;
+    return CaptureState{};
   }
-  if (status != cudaStreamCaptureStatusActive || count != 1) return false;
-  node = deps[0];
-  return true;
+  c.active = status == cudaStreamCaptureStatusActive;
+  if (c.active && count == 1) c.node = deps[0];
+  return c;
 }
 
-// Under stream capture, where the next launch would follow one foreign kernel node with a plain edge (a PyTorch
-// kernel such as SDPA, which never calls allow_next_grid and so lets a PDL launch start only at its end), makes
-// that edge programmatic from the foreign kernel's launch-completion port: the next kernel may start once every
-// CTA of the foreign one is running (so it cannot take an SM the foreign kernel still needs) and its
-// wait_for_prior_grid still returns only once that kernel has completed. A GEMM then requests its first weights
-// while the foreign kernel runs. Returns whether it did; the launch then carries no PDL attribute (the edge is set).
-inline bool start_at_foreign_launch(cudaStream_t stream) {
-  unsigned long long capture = 0;
-  cudaGraphNode_t node = nullptr;
-  const cudaGraphEdgeData* edge = nullptr;
-  if (!capture_dependency(stream, capture, node, &edge)) return false;
-  if (edge != nullptr && edge->type != cudaGraphDependencyTypeDefault) return false;
+// Under stream capture (`c`, the stream's state), where the next launch would follow one foreign kernel node with
+// a plain edge (a PyTorch kernel such as SDPA, which never calls allow_next_grid and so lets a PDL launch start only
+// at its end), makes that edge programmatic from the foreign kernel's launch-completion port: the next kernel may
+// start once every CTA of the foreign one is running (so it cannot take an SM the foreign kernel still needs) and
+// its wait_for_prior_grid still returns only once that kernel has completed. A GEMM then requests its first
+// weights while the foreign kernel runs. Returns whether it did; the launch then carries no PDL attribute (the edge
+// is set).
+inline bool start_at_foreign_launch(cudaStream_t stream, const CaptureState& c) {
+  if (c.node == nullptr) return false;
+  if (c.edge != nullptr && c.edge->type != cudaGraphDependencyTypeDefault) return false;
   cudaGraphNodeType type;
-  check(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
-  if (type != cudaGraphNodeTypeKernel || OwnNodes::get().contains(capture, node)) return false;
+  check(cudaGraphNodeGetType(c.node, &type), "cudaGraphNodeGetType");
+  if (type != cudaGraphNodeTypeKernel || OwnNodes::get().contains(c.id, c.node)) return false;
+  cudaGraphNode_t node = c.node;
   cudaGraphEdgeData programmatic = {};
   programmatic.from_port = cudaGraphKernelNodePortLaunchCompletion;
   programmatic.type = cudaGraphDependencyTypeProgrammatic;
@@ -182,12 +187,10 @@ inline bool start_at_foreign_launch(cudaStream_t stream) {
   return true;
 }
 
-// After a launch on a capturing stream: its node is one of this package's.
+// After a launch on a capturing stream: its node (the one the stream now ends in) is one of this package's.
 inline void remember_own_launch(cudaStream_t stream) {
-  unsigned long long capture = 0;
-  cudaGraphNode_t node = nullptr;
-  const cudaGraphEdgeData* edge = nullptr;
-  if (capture_dependency(stream, capture, node, &edge)) OwnNodes::get().add(capture, node);
+  const CaptureState c = capture_state(stream);
+  if (c.node != nullptr) OwnNodes::get().add(c.id, c.node);
 }
 
 }  // namespace launch_detail
@@ -292,12 +295,15 @@ void launch_kernel(void (*kernel)(Params...), const LaunchShape& s, Stream strea
 #else
   const bool pdl = launch_detail::pdl_requested() &&
                    launch_detail::ptx_version(reinterpret_cast<const void*>(kernel)) >= 90;
-  const bool foreign = pdl && launch_detail::after_foreign_requested();
-  const bool at_foreign_launch = foreign && launch_detail::start_at_foreign_launch(stream);
+  // Under capture only (one query a launch otherwise): the edge from a foreign kernel, and this launch's node noted.
+  const launch_detail::CaptureState capture = pdl && launch_detail::after_foreign_requested()
+                                                  ? launch_detail::capture_state(stream)
+                                                  : launch_detail::CaptureState{};
+  const bool at_foreign_launch = capture.active && launch_detail::start_at_foreign_launch(stream, capture);
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t c = launch_detail::config(s, stream, pdl && !at_foreign_launch, attrs);
   launch_detail::check(cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
-  if (foreign) launch_detail::remember_own_launch(stream);
+  if (capture.active) launch_detail::remember_own_launch(stream);
 #endif
 }
 
