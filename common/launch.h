@@ -107,28 +107,32 @@ inline bool after_foreign_requested() { return tuning::flag("FP8DK_PDL_FOREIGN",
 
 // The graph nodes this file's launches created, per capture sequence (the last few sequences), so that a launch can
 // tell a dependency on one of this package's kernels (which lets the next kernel start where it calls
-// allow_next_grid) from one on a foreign kernel (which lets it start only at its end).
+// allow_next_grid) from one on a foreign kernel (which lets it start only at its end), and whether that node of
+// ours itself started at a foreign kernel's launch completion.
 class OwnNodes {
  public:
   static OwnNodes& get() {
     static OwnNodes nodes;
     return nodes;
   }
-  void add(unsigned long long capture, cudaGraphNode_t node) {
+  void add(unsigned long long capture, cudaGraphNode_t node, bool started_at_foreign_launch) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    nodes_[capture].insert(node);
+    nodes_[capture][node] = started_at_foreign_launch;
     while (nodes_.size() > kCaptures) nodes_.erase(nodes_.begin());  // capture ids grow over a process's life
   }
-  bool contains(unsigned long long capture, cudaGraphNode_t node) {
+  // -1: not ours; 0: ours; 1: ours, started at a foreign kernel's launch completion.
+  int find(unsigned long long capture, cudaGraphNode_t node) {
     const std::lock_guard<std::mutex> lock(mutex_);
     auto it = nodes_.find(capture);
-    return it != nodes_.end() && it->second.count(node) > 0;
+    if (it == nodes_.end()) return -1;
+    auto at = it->second.find(node);
+    return at == it->second.end() ? -1 : int(at->second);
   }
 
  private:
   static constexpr size_t kCaptures = 8;
   std::mutex mutex_;
-  std::map<unsigned long long, std::set<cudaGraphNode_t>> nodes_;
+  std::map<unsigned long long, std::map<cudaGraphNode_t, bool>> nodes_;
 };
 
 // A stream's capture state: whether it is capturing, the capture sequence, and the one node the next launch will
@@ -171,7 +175,7 @@ inline bool start_at_foreign_launch(cudaStream_t stream, const CaptureState& c) 
   if (c.edge != nullptr && c.edge->type != cudaGraphDependencyTypeDefault) return false;
   cudaGraphNodeType type;
   check(cudaGraphNodeGetType(c.node, &type), "cudaGraphNodeGetType");
-  if (type != cudaGraphNodeTypeKernel || OwnNodes::get().contains(c.id, c.node)) return false;
+  if (type != cudaGraphNodeTypeKernel || OwnNodes::get().find(c.id, c.node) >= 0) return false;
   cudaGraphNode_t node = c.node;
   cudaGraphEdgeData programmatic = {};
   programmatic.from_port = cudaGraphKernelNodePortLaunchCompletion;
@@ -188,9 +192,9 @@ inline bool start_at_foreign_launch(cudaStream_t stream, const CaptureState& c) 
 }
 
 // After a launch on a capturing stream: its node (the one the stream now ends in) is one of this package's.
-inline void remember_own_launch(cudaStream_t stream) {
+inline void remember_own_launch(cudaStream_t stream, bool started_at_foreign_launch) {
   const CaptureState c = capture_state(stream);
-  if (c.node != nullptr) OwnNodes::get().add(c.id, c.node);
+  if (c.node != nullptr) OwnNodes::get().add(c.id, c.node, started_at_foreign_launch);
 }
 
 }  // namespace launch_detail
@@ -284,6 +288,27 @@ void allow_dynamic_smem(void (*kernel)(Params...), int bytes) {
   limit = bytes;
 }
 
+// Whether, under capture, the next launch on `stream` will start while a foreign kernel still runs: it follows a
+// foreign kernel node (start_at_foreign_launch will apply), or a node of ours that started that way (the
+// elementwise kernels let the next kernel start at their entry). A GEMM's CTAs then wait at the PDL wait for the
+// whole foreign kernel, and may request more of their weights before it (skinny_gemm_tma_plan.cuh).
+inline bool starts_during_foreign_kernel(Stream stream) {
+#if defined(USE_ROCM)
+  (void)stream;
+  return false;
+#else
+  if (!launch_detail::pdl_requested() || !launch_detail::after_foreign_requested()) return false;
+  const launch_detail::CaptureState c = launch_detail::capture_state(stream);
+  if (c.node == nullptr) return false;
+  const bool plain_edge = c.edge == nullptr || c.edge->type == cudaGraphDependencyTypeDefault;
+  cudaGraphNodeType type;
+  launch_detail::check(cudaGraphNodeGetType(c.node, &type), "cudaGraphNodeGetType");
+  if (type != cudaGraphNodeTypeKernel) return false;
+  const int ours = launch_detail::OwnNodes::get().find(c.id, c.node);
+  return ours == 1 || (ours < 0 && plain_edge);
+#endif
+}
+
 // Launches kernel(args...) with shape `s` on `stream`: in clusters when s.cluster has more than one CTA (the
 // caller checked max_active_clusters; NVIDIA only), and with PDL where the kernel's code waits for the prior
 // grid (built for sm_90+) and FP8DK_PDL allows it.
@@ -303,7 +328,7 @@ void launch_kernel(void (*kernel)(Params...), const LaunchShape& s, Stream strea
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t c = launch_detail::config(s, stream, pdl && !at_foreign_launch, attrs);
   launch_detail::check(cudaLaunchKernelEx(&c, kernel, std::forward<Args>(args)...), "cudaLaunchKernelEx");
-  if (capture.active) launch_detail::remember_own_launch(stream);
+  if (capture.active) launch_detail::remember_own_launch(stream, at_foreign_launch);
 #endif
 }
 

@@ -42,6 +42,8 @@ struct Problem {
   bool ocp_e4m3 = false;                     // the operands are OCP e4m3 (what Hopper's wgmma multiplies)
   long long a_stride, b_stride, out_stride;  // row strides in elements (a: the rows the kernel reads)
   int a_align, b_align;                      // row_alignment() of a and b
+  bool waits_for_foreign_kernel = false;     // the CTAs start while another library's kernel runs and wait at the
+                                             // PDL wait for its end (CUDA graphs; starts_during_foreign_kernel)
 };
 
 // The widest access, up to 16 bytes, at which every one of `rows` rows starts.
@@ -55,7 +57,7 @@ inline int row_alignment(const void* p, long long row_stride_bytes, long long ro
 struct Overrides {
   bool copy_engine = true;  // FP8DK_SKINNY_TMA
   TmaOverrides tma;         // FP8DK_SKINNY_TMA_WK, _RB, _BOXES, _STAGES, _WHOLE_TILES, _QGMMA, _REDUCERS, _CTAS,
-                            // _WINDOW, _CLUSTER
+                            // _WINDOW, _AHEAD, _FIRST, _AHEAD_FOREIGN, _CLUSTER
   int block_n = 0;          // FP8DK_SKINNY_BLOCK_N (0: the heuristic's)
   int split_k = 0;          // FP8DK_SKINNY_SPLIT_K (0: the heuristic's)
   int stream_k = -1;        // FP8DK_SKINNY_STREAM_K: 1 or 0 (-1: the heuristic's)
@@ -81,6 +83,7 @@ inline Overrides read_overrides() {
   o.tma.window = positive("FP8DK_SKINNY_TMA_WINDOW");
   o.tma.ahead = positive("FP8DK_SKINNY_TMA_AHEAD");
   o.tma.first = positive("FP8DK_SKINNY_TMA_FIRST");
+  o.tma.ahead_foreign = tuning::flag("FP8DK_SKINNY_TMA_AHEAD_FOREIGN", true);
   o.tma.cluster = tristate("FP8DK_SKINNY_TMA_CLUSTER");
   o.block_n = positive("FP8DK_SKINNY_BLOCK_N");
   o.split_k = positive("FP8DK_SKINNY_SPLIT_K");
@@ -129,7 +132,8 @@ inline bool plan_copy_engine(const Problem& q, const DeviceProps& d, const Overr
   if (d.vendor != Vendor::kNvidia || d.cc_major != 9 || !d.copy_engine_code) return false;
   const int smem_limit = d.smem_per_block - kTmaSmemReserve;
   TmaPlan& p = l.copy_engine;
-  if (!plan_tma(q.m, q.n, q.k, q.elem_bytes, q.ocp_e4m3, d.sms, smem_limit, o.tma, p)) {
+  if (!plan_tma(q.m, q.n, q.k, q.elem_bytes, q.ocp_e4m3, q.waits_for_foreign_kernel, d.sms, smem_limit, o.tma,
+                p)) {
     if (o.tma.wk || o.tma.rb || o.tma.boxes || o.tma.stages)
       reject("FP8DK_SKINNY_TMA_WK must divide " + std::to_string(kTmaConsumerWarps) +
              ", FP8DK_SKINNY_TMA_BOXES be a multiple of it, FP8DK_SKINNY_TMA_RB be 1 or 2, and the ring hold 2 "

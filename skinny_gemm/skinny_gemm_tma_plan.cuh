@@ -59,7 +59,7 @@ struct TmaPlan {
   int stages;            // ring depth
   int window;            // stages in flight (issued, not yet landed) at most: stages, or fewer (FP8DK_SKINNY_TMA_WINDOW)
   int ahead;             // stages whose weights are requested before the wait for the previous kernel: the window,
-                         // or 1 up to the ring (FP8DK_SKINNY_TMA_AHEAD)
+                         // the ring where that kernel is a foreign one, or 1 up to the ring (FP8DK_SKINNY_TMA_AHEAD)
   int first_units;       // units requested before the main loop's window waits: the ring, or fewer but at least the
                          // window and `ahead` (FP8DK_SKINNY_TMA_FIRST)
   int weight_box_bytes;  // block_n * 128
@@ -91,7 +91,8 @@ struct TmaOverrides {
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
   int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
   int window = 0;        // at most this many stages in flight (0: the ring's)
-  int ahead = 0;         // this many stages' weights before the PDL wait, at most the ring (0: the window)
+  int ahead = 0;         // this many stages' weights before the PDL wait, at most the ring (0: the plan's)
+  bool ahead_foreign = true;  // false: the window's weights before the wait even for a foreign kernel
   int first = 0;         // this many units requested before the main loop, at most the ring (0: the ring)
   int cluster = -1;      // 0: never a cluster per tile, 1: wherever the grid is tile-aligned, -1: the plan's rule (1)
 };
@@ -100,10 +101,11 @@ struct TmaOverrides {
 inline int tma_threads(const TmaPlan& p) { return kTmaThreads - (p.reducers ? 0 : kTmaReducerWarps * 32); }
 
 // `smem_limit`: dynamic shared memory a block may opt in to; `ocp_e4m3`: the operands are OCP e4m3 (what
-// wgmma multiplies). Returns false (p untouched) where the kernel cannot run the problem: then the portable
+// wgmma multiplies); `waits_for_foreign_kernel`: the CTAs start while another library's kernel runs and wait at the
+// PDL wait for its end. Returns false (p untouched) where the kernel cannot run the problem: then the portable
 // kernel does.
-inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms, int smem_limit,
-                     const TmaOverrides& o, TmaPlan& out) {
+inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, bool waits_for_foreign_kernel, int sms,
+                     int smem_limit, const TmaOverrides& o, TmaPlan& out) {
   if (m < 1 || m > 32 || n < 1 || k < 1) return false;
   TmaPlan p{};
   p.m = m, p.n = n, p.k = k;
@@ -336,7 +338,13 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, int sms
   // queue behind the window's weights. Measured in the decode step on an H100 (session 36, benchmarks/results/
   // nvidia-h100/session36-2026-11-27/first-ring/): batch 1 0.084 and 0.087 ms faster, batch 8 and 32 level
   // (-0.011, -0.018 ms). FP8DK_SKINNY_TMA_FIRST requests that many units instead (at least the window).
-  p.ahead = o.ahead == 0 ? p.window : o.ahead < p.stages ? o.ahead : p.stages;
+  // Where the CTAs start during a foreign kernel (under capture, at its launch completion: o during SDPA), they
+  // wait at the PDL wait for all of it: then the whole ring's weights before the wait. In the decode step on an
+  // H100 (session 39, benchmarks/results/nvidia-h100/session39-2026-11-28/ahead-foreign/): batch 32 0.151 ms and
+  // batch 1 0.117 ms faster than the window's. After our own kernels, which let the next start near their end,
+  // the ring's was 0.17 ms slower at batch 32 (item 93).
+  const int plan_ahead = waits_for_foreign_kernel && o.ahead_foreign ? p.stages : p.window;
+  p.ahead = o.ahead == 0 ? plan_ahead : o.ahead < p.stages ? o.ahead : p.stages;
   p.first_units = o.first == 0 ? p.stages : o.first > p.window ? o.first : p.window;
   p.first_units = p.ahead > p.first_units ? p.ahead : p.first_units;
   p.first_units = p.first_units < p.stages ? p.first_units : p.stages;

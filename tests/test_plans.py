@@ -40,7 +40,7 @@ SHAPES = [(2304, 16384), (16384, 2048), (13312, 16384), (16384, 6656), (10240, 8
 MAX_STAGES, CONSUMER_WARPS, BOX_BYTES = 16, 8, 128
 ALIGN_SLACK = 1024  # kTmaAlignSlack: the dynamic shared memory is aligned up to the 1024-byte swizzle atom
 NO_OVERRIDES = {"copy_engine": 1, "tma_wk": 0, "tma_rb": 0, "tma_boxes": 0, "tma_stages": 0, "tma_whole_tiles": -1,
-                "block_n": 0, "split_k": 0, "stream_k": -1, "tma_cluster": -1}
+                "block_n": 0, "split_k": 0, "stream_k": -1, "tma_cluster": -1, "tma_ahead": 0, "tma_ahead_foreign": 1}
 
 
 def _fail_or_skip(reason):
@@ -78,11 +78,13 @@ def amd_planner(tmp_path_factory) -> Path:
 
 
 def plan_all(exe: Path, problems: list) -> list:
-    """problems: (device tuple, m, n, k, elem_bytes, a_align, b_align, overrides dict) -> one plan dict each."""
+    """problems: (device tuple, m, n, k, elem_bytes, a_align, b_align, overrides dict) -> one plan dict each. The
+    overrides may also say `waits_for_foreign_kernel=1`: the call starts during another library's kernel."""
     lines = []
     for device, m, n, k, eb, a_align, b_align, overrides in problems:
         o = {**NO_OVERRIDES, **overrides}
-        lines.append(" ".join(map(str, (*device, m, n, k, eb, a_align, b_align, *o.values()))) + "\n")
+        waits = o.pop("waits_for_foreign_kernel", 0)
+        lines.append(" ".join(map(str, (*device, m, n, k, eb, a_align, b_align, *o.values(), waits))) + "\n")
     out = subprocess.run([str(exe)], input="".join(lines), check=True, capture_output=True,
                          text=True).stdout.splitlines()
     assert len(out) == len(problems)
@@ -303,6 +305,26 @@ def test_window_where_the_first_flood_is_the_stream(nvidia_planner):
             assert not bf16["qgmma"] and bf16["sk_tiles"] > 0 and bf16["window"] == bf16["stages"], bf16
 
 
+def test_ring_before_the_wait_for_a_foreign_kernel(nvidia_planner):
+    """A call whose CTAs start during another library's kernel (o during SDPA, under capture) and so wait at the
+    PDL wait for all of it requests its whole ring's weights before that wait; after our own kernels, the window's
+    (session 39). FP8DK_SKINNY_TMA_AHEAD_FOREIGN=0 keeps the window's; FP8DK_SKINNY_TMA_AHEAD wins over both."""
+    for m in (1, 8, 16, 32):
+        for n, k in ((16384, 2048), (2304, 16384), (13312, 16384), (6144, 4096), (17, 33)):
+            own = plan_one(nvidia_planner, H100, m, n, k)
+            foreign = plan_one(nvidia_planner, H100, m, n, k, waits_for_foreign_kernel=1)
+            where = (m, n, k, own, foreign)
+            assert own["ahead"] == own["window"] and foreign["ahead"] == foreign["stages"], where
+            assert {**foreign, "ahead": own["ahead"]} == own, where  # nothing else changes
+            assert foreign["first_units"] == foreign["stages"], where
+            off = plan_one(nvidia_planner, H100, m, n, k, waits_for_foreign_kernel=1, tma_ahead_foreign=0)
+            assert off == own, where
+            forced = plan_one(nvidia_planner, H100, m, n, k, waits_for_foreign_kernel=1, tma_ahead=1)
+            assert forced["ahead"] == 1, where
+    o = plan_one(nvidia_planner, H100, 32, 16384, 2048, waits_for_foreign_kernel=1)
+    assert o["window"] == 2 < o["ahead"] == o["stages"], o  # 405B o at 32 tokens: 2 stages become its 5
+
+
 # ------------------------------------------------------------------------------------------ which kernel
 
 KERNEL_CHOICE = [  # (what, device, m, n, k, a_align, b_align, overrides, kernel)
@@ -443,15 +465,16 @@ def test_overrides_read_from_the_environment(nvidia_planner):
     env = {"FP8DK_SKINNY_TMA": "0", "FP8DK_SKINNY_TMA_WK": "2", "FP8DK_SKINNY_TMA_RB": "1",
            "FP8DK_SKINNY_TMA_BOXES": "4", "FP8DK_SKINNY_TMA_STAGES": "3", "FP8DK_SKINNY_TMA_WHOLE_TILES": "0",
            "FP8DK_SKINNY_BLOCK_N": "64", "FP8DK_SKINNY_SPLIT_K": "5", "FP8DK_SKINNY_STREAM_K": "1",
-           "FP8DK_SKINNY_TMA_CLUSTER": "1"}
+           "FP8DK_SKINNY_TMA_CLUSTER": "1", "FP8DK_SKINNY_TMA_AHEAD": "3", "FP8DK_SKINNY_TMA_AHEAD_FOREIGN": "0"}
     assert read_overrides(nvidia_planner, **env) == {
         "copy_engine": 0, "tma_wk": 2, "tma_rb": 1, "tma_boxes": 4, "tma_stages": 3, "tma_whole_tiles": 0,
-        "block_n": 64, "split_k": 5, "stream_k": 1, "tma_cluster": 1}
+        "block_n": 64, "split_k": 5, "stream_k": 1, "tma_cluster": 1, "tma_ahead": 3, "tma_ahead_foreign": 0}
 
 
 @pytest.mark.parametrize("variable,value,expected", [
     ("FP8DK_SKINNY_TMA", "on", "0 or 1"), ("FP8DK_SKINNY_STREAM_K", "yes", "0 or 1"),
     ("FP8DK_SKINNY_TMA_WHOLE_TILES", "2", "0 or 1"), ("FP8DK_SKINNY_TMA_CLUSTER", "2", "0 or 1"),
+    ("FP8DK_SKINNY_TMA_AHEAD_FOREIGN", "yes", "0 or 1"),
     ("FP8DK_SKINNY_SPLIT_K", "two", "a positive integer"),
     ("FP8DK_SKINNY_SPLIT_K", "0", "a positive integer"), ("FP8DK_SKINNY_BLOCK_N", "-32", "a positive integer"),
     ("FP8DK_SKINNY_TMA_STAGES", "4x", "a positive integer")])

@@ -4,6 +4,7 @@
 //   vendor(0 NVIDIA, 1 AMD) cc_major sms smem_per_block copy_engine_code ctas_per_sm cluster_slots
 //   m n k elem_bytes a_align b_align
 //   copy_engine tma_wk tma_rb tma_boxes tma_stages tma_whole_tiles block_n split_k stream_k tma_cluster
+//   tma_ahead tma_ahead_foreign waits_for_foreign_kernel
 // The made-up occupancy: `ctas_per_sm` CTAs of the portable kernel per SM, and clusters of `split` CTAs up to
 // `cluster_slots` CTAs in all (0: no clusters). For the copy-engine kernel the program also walks the persistent
 // grid's unit ranges exactly as the kernel does: the most CTAs any tile meets, CTAs with no work, units covered.
@@ -83,9 +84,10 @@ int print_overrides() {
     const Overrides o = read_overrides();
     std::printf(
         "{\"copy_engine\": %d, \"tma_wk\": %d, \"tma_rb\": %d, \"tma_boxes\": %d, \"tma_stages\": %d, "
-        "\"tma_whole_tiles\": %d, \"block_n\": %d, \"split_k\": %d, \"stream_k\": %d, \"tma_cluster\": %d}\n",
+        "\"tma_whole_tiles\": %d, \"block_n\": %d, \"split_k\": %d, \"stream_k\": %d, \"tma_cluster\": %d, "
+        "\"tma_ahead\": %d, \"tma_ahead_foreign\": %d}\n",
         o.copy_engine, o.tma.wk, o.tma.rb, o.tma.boxes, o.tma.stages, o.tma.whole_tiles, o.block_n, o.split_k,
-        o.stream_k, o.tma.cluster);
+        o.stream_k, o.tma.cluster, o.tma.ahead, int(o.tma.ahead_foreign));
   } catch (const std::invalid_argument& e) {
     std::printf("{\"error\": \"%s\"}\n", e.what());
   }
@@ -100,13 +102,17 @@ int main(int argc, char** argv) {
   DeviceProps d;
   Problem q;
   Overrides o;
-  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &vendor, &d.cc_major,
-                    &d.sms, &d.smem_per_block, &copy_engine_code, &ctas_per_sm, &cluster_slots, &q.m, &q.n, &q.k,
-                    &q.elem_bytes, &q.a_align, &q.b_align, &copy_engine, &o.tma.wk, &o.tma.rb, &o.tma.boxes,
-                    &o.tma.stages, &o.tma.whole_tiles, &o.block_n, &o.split_k, &o.stream_k, &o.tma.cluster) == 23) {
+  int ahead_foreign, waits_for_foreign_kernel;
+  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &vendor,
+                    &d.cc_major, &d.sms, &d.smem_per_block, &copy_engine_code, &ctas_per_sm, &cluster_slots, &q.m,
+                    &q.n, &q.k, &q.elem_bytes, &q.a_align, &q.b_align, &copy_engine, &o.tma.wk, &o.tma.rb,
+                    &o.tma.boxes, &o.tma.stages, &o.tma.whole_tiles, &o.block_n, &o.split_k, &o.stream_k,
+                    &o.tma.cluster, &o.tma.ahead, &ahead_foreign, &waits_for_foreign_kernel) == 26) {
     d.vendor = vendor ? Vendor::kAmd : Vendor::kNvidia;
     d.copy_engine_code = copy_engine_code != 0;
     o.copy_engine = copy_engine != 0;
+    o.tma.ahead_foreign = ahead_foreign != 0;
+    q.waits_for_foreign_kernel = waits_for_foreign_kernel != 0;
     q.a_stride = q.b_stride = q.k;
     q.out_stride = q.n;
     q.ocp_e4m3 = q.elem_bytes == 1;  // FP8 problems as OCP e4m3: the copy engine's wgmma plans are planned too
