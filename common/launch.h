@@ -291,7 +291,8 @@ void allow_dynamic_smem(void (*kernel)(Params...), int bytes) {
 // Whether, under capture, the next launch on `stream` will start while a foreign kernel still runs: it follows a
 // foreign kernel node (start_at_foreign_launch will apply), or a node of ours that started that way (the
 // elementwise kernels let the next kernel start at their entry). A GEMM's CTAs then wait at the PDL wait for the
-// whole foreign kernel, and may request more of their weights before it (skinny_gemm_tma_plan.cuh).
+// whole foreign kernel, and may request more of their weights before it (skinny_gemm_tma_plan.cuh). Meant for a
+// kernel launched with PDL (the copy-engine GEMM, sm_90): for one without, the answer means nothing.
 inline bool starts_during_foreign_kernel(Stream stream) {
 #if defined(USE_ROCM)
   (void)stream;
@@ -305,7 +306,9 @@ inline bool starts_during_foreign_kernel(Stream stream) {
   launch_detail::check(cudaGraphNodeGetType(c.node, &type), "cudaGraphNodeGetType");
   if (type != cudaGraphNodeTypeKernel) return false;
   const int ours = launch_detail::OwnNodes::get().find(c.id, c.node);
-  return ours == 1 || (ours < 0 && plain_edge);
+  const bool during = ours == 1 || (ours < 0 && plain_edge);
+  if (during) ++foreign_kernel_waits();
+  return during;
 #endif
 }
 

@@ -11,4 +11,11 @@ inline std::atomic<long long>& foreign_launch_starts() {
   return count;
 }
 
+// Launches told, under capture, that they start while a foreign kernel runs (launch.h, starts_during_foreign_kernel):
+// skinny_gemm's plan then requests its whole ring before the PDL wait.
+inline std::atomic<long long>& foreign_kernel_waits() {
+  static std::atomic<long long> count{0};
+  return count;
+}
+
 }  // namespace fp8dk

@@ -164,12 +164,14 @@ def test_graph_after_foreign_kernel(kernel, m, foreign):
     step()  # warm-up outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    before = kernel.ops._pdl_foreign_starts()
+    starts, waits = kernel.ops._pdl_foreign_starts(), kernel.ops._pdl_foreign_waits()
     with kernel.tuning_overrides({"FP8DK_PDL_FOREIGN": foreign}), torch.cuda.graph(graph):
         step()
-    # PDL needs sm_90 and CUDA; then the quantization, and only it, follows a foreign kernel.
+    # PDL needs sm_90 and CUDA; then the quantization, and only it, follows a foreign kernel, and the GEMM, which
+    # starts at the quantization's entry, is planned to wait for the matmul (its whole ring before the wait).
     pdl = torch.version.hip is None and torch.cuda.get_device_capability()[0] >= 9
-    assert kernel.ops._pdl_foreign_starts() - before == (1 if pdl and foreign == "1" else 0)
+    assert kernel.ops._pdl_foreign_starts() - starts == (1 if pdl and foreign == "1" else 0)
+    assert kernel.ops._pdl_foreign_waits() - waits == (1 if pdl and foreign == "1" else 0)
     for replay in range(6):
         a.normal_(generator=g)
         h.fill_(float("nan")), xq.fill_(float("nan")), out.fill_(float("nan"))

@@ -13,6 +13,7 @@ static void reload_tuning() { fp8dk::tuning::reload(); }
 // Launches captured so far in this process to start at a foreign kernel's launch completion (common/launch.h):
 // tests check that the path they exercise was taken.
 static int64_t pdl_foreign_starts() { return fp8dk::foreign_launch_starts().load(); }
+static int64_t pdl_foreign_waits() { return fp8dk::foreign_kernel_waits().load(); }
 
 #if defined(CPU_KERNEL)
 #include "common/cpu_simd.h"
@@ -36,6 +37,8 @@ TORCH_LIBRARY_EXPAND(TORCH_EXTENSION_NAME, ops) {
   ops.def("_pdl_foreign_starts() -> int");
   ops.impl("_pdl_foreign_starts",
            torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &pdl_foreign_starts));
+  ops.def("_pdl_foreign_waits() -> int");
+  ops.impl("_pdl_foreign_waits", torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd, &pdl_foreign_waits));
 
 #if defined(CPU_KERNEL)
   ops.def("cpu_isa() -> str");
