@@ -8,7 +8,8 @@
 //     A decode step is a chain of short kernels, where the ~1-2 us between two of them is a large part of
 //     each. Captured into CUDA graphs as programmatic edges (CUDA 12.3+).
 //     Under CUDA-graph capture a kernel that follows a foreign kernel (one not launched here: PyTorch's SDPA,
-//     say) may start once that kernel's CTAs are all running, not only at its end (start_at_foreign_launch).
+//     say) may start once that kernel's CTAs are all running, not only at its end (start_at_foreign_launch), and
+//     a launcher may ask whether its kernel will so wait for all of a foreign kernel (starts_during_foreign_kernel).
 // Tuning overrides (README, "Tuning overrides"): FP8DK_PDL=0 launches without PDL; FP8DK_PDL_FOREIGN=0 keeps a
 // captured launch after a foreign kernel waiting for that kernel's end.
 //
@@ -18,7 +19,6 @@
 
 #include <map>
 #include <mutex>
-#include <set>
 #include <tuple>
 #include <utility>
 
@@ -163,6 +163,21 @@ inline CaptureState capture_state(cudaStream_t stream) {
   return c;
 }
 
+// What the next launch on a capturing stream (`c`) would follow: no single kernel node, a foreign kernel node by a
+// plain edge, or a node of ours (one that itself started at a foreign kernel's launch completion, or not).
+enum class Predecessor { kOther, kForeignKernel, kOurs, kOursStartedAtForeign };
+
+inline Predecessor predecessor(const CaptureState& c) {
+  if (c.node == nullptr) return Predecessor::kOther;
+  cudaGraphNodeType type;
+  check(cudaGraphNodeGetType(c.node, &type), "cudaGraphNodeGetType");
+  if (type != cudaGraphNodeTypeKernel) return Predecessor::kOther;
+  const int ours = OwnNodes::get().find(c.id, c.node);
+  if (ours >= 0) return ours == 1 ? Predecessor::kOursStartedAtForeign : Predecessor::kOurs;
+  const bool plain_edge = c.edge == nullptr || c.edge->type == cudaGraphDependencyTypeDefault;
+  return plain_edge ? Predecessor::kForeignKernel : Predecessor::kOther;
+}
+
 // Under stream capture (`c`, the stream's state), where the next launch would follow one foreign kernel node with
 // a plain edge (a PyTorch kernel such as SDPA, which never calls allow_next_grid and so lets a PDL launch start only
 // at its end), makes that edge programmatic from the foreign kernel's launch-completion port: the next kernel may
@@ -171,11 +186,7 @@ inline CaptureState capture_state(cudaStream_t stream) {
 // weights while the foreign kernel runs. Returns whether it did; the launch then carries no PDL attribute (the edge
 // is set).
 inline bool start_at_foreign_launch(cudaStream_t stream, const CaptureState& c) {
-  if (c.node == nullptr) return false;
-  if (c.edge != nullptr && c.edge->type != cudaGraphDependencyTypeDefault) return false;
-  cudaGraphNodeType type;
-  check(cudaGraphNodeGetType(c.node, &type), "cudaGraphNodeGetType");
-  if (type != cudaGraphNodeTypeKernel || OwnNodes::get().find(c.id, c.node) >= 0) return false;
+  if (predecessor(c) != Predecessor::kForeignKernel) return false;
   cudaGraphNode_t node = c.node;
   cudaGraphEdgeData programmatic = {};
   programmatic.from_port = cudaGraphKernelNodePortLaunchCompletion;
@@ -299,14 +310,9 @@ inline bool starts_during_foreign_kernel(Stream stream) {
   return false;
 #else
   if (!launch_detail::pdl_requested() || !launch_detail::after_foreign_requested()) return false;
-  const launch_detail::CaptureState c = launch_detail::capture_state(stream);
-  if (c.node == nullptr) return false;
-  const bool plain_edge = c.edge == nullptr || c.edge->type == cudaGraphDependencyTypeDefault;
-  cudaGraphNodeType type;
-  launch_detail::check(cudaGraphNodeGetType(c.node, &type), "cudaGraphNodeGetType");
-  if (type != cudaGraphNodeTypeKernel) return false;
-  const int ours = launch_detail::OwnNodes::get().find(c.id, c.node);
-  const bool during = ours == 1 || (ours < 0 && plain_edge);
+  using launch_detail::Predecessor;
+  const Predecessor p = launch_detail::predecessor(launch_detail::capture_state(stream));
+  const bool during = p == Predecessor::kForeignKernel || p == Predecessor::kOursStartedAtForeign;
   if (during) ++foreign_kernel_waits();
   return during;
 #endif
