@@ -6,6 +6,7 @@ beyond L2, medians), in one process.
     python benchmarks/tune_skinny_gemm.py --m 1 --layers qkv --split-k 1 2 4 --block-n 16 32 64
     python benchmarks/tune_skinny_gemm.py --m 8 --layers qkv --pairs 16:4 32:2   # both overrides at once
     python benchmarks/tune_skinny_gemm.py --env FP8DK_SKINNY_STREAM_K=0          # any launcher variable
+    python benchmarks/tune_skinny_gemm.py --layers --shapes 1024:16384 1536:16384  # any (N, K), named NxK
     python benchmarks/tune_skinny_gemm.py --out tune.json          # also write the rows as JSON
     python benchmarks/tune_skinny_gemm.py --context quant          # each GEMM after the quantization of its input
     python benchmarks/tune_skinny_gemm.py --context cold           # ... and that after a kernel launched without PDL
@@ -54,9 +55,18 @@ def torch_kernels_before(context: str, x: torch.Tensor):
     return lambda: None
 
 
+def shape(text: str) -> tuple:
+    n, sep, kdim = text.partition(":")
+    if not (sep and n.isdigit() and kdim.isdigit() and int(n) > 0 and int(kdim) > 0):
+        raise argparse.ArgumentTypeError(f"expected N:K with positive integers, got {text!r}")
+    return f"{n}x{kdim}", (int(n), int(kdim))
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", nargs="+", choices=sorted(LAYERS), default=list(DEFAULT_LAYERS))
+    p.add_argument("--layers", nargs="*", choices=sorted(LAYERS), default=list(DEFAULT_LAYERS))
+    p.add_argument("--shapes", nargs="*", default=[], metavar="N:K", type=shape,
+                   help="weight shapes [N, K] to time after --layers' (named NxK)")
     p.add_argument("--m", type=int, nargs="+", default=[1, 8, 16, 32])
     p.add_argument("--block-n", type=int, nargs="*", default=[], help="FP8DK_SKINNY_BLOCK_N values to try")
     p.add_argument("--split-k", type=int, nargs="*", default=[], help="FP8DK_SKINNY_SPLIT_K values to try")
@@ -102,8 +112,7 @@ def main(argv=None) -> int:
         configs.append((f"block_n={b},split_k={c}", {"FP8DK_SKINNY_BLOCK_N": b, "FP8DK_SKINNY_SPLIT_K": c}))
     rows = []
     scale_a = torch.tensor([1.0], device=dev)
-    for layer in args.layers:
-        n, kdim = LAYERS[layer]
+    for layer, (n, kdim) in [(name, LAYERS[name]) for name in args.layers] + args.shapes:
         sets = max(1, math.ceil((args.rotation_mb << 20) / (n * kdim)))
         weights = [torch.randn(n, kdim, device=dev).to(fp8) for _ in range(sets)]
         scale_b = torch.tensor([1.0 / kdim], device=dev)

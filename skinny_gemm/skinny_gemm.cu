@@ -83,6 +83,8 @@ void skinny_gemm(torch::Tensor& out, const torch::Tensor& a, const torch::Tensor
   // b's stride counts even for one row: its access width picks the portable kernel's K-block, and a weight of
   // one row is tiled like any other.
   q.b_align = row_alignment(b.data_ptr(), s.b_row_stride * eb, std::max<int64_t>(s.n, 2));
+  // launch_kernel asks the stream's capture state again, not from here: the workspace's counters may be zeroed
+  // on the stream in between (the first call of a capture), and the launch must follow that node.
   q.waits_for_foreign_kernel = fp8dk::starts_during_foreign_kernel(stream);
   const Kernels& kernels = kernels_for(a.scalar_type(), out.scalar_type());
   const LaunchPlan plan = plan_skinny_gemm(q, device_props(kernels), read_overrides(), kernels);

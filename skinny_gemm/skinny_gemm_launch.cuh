@@ -153,6 +153,18 @@ class KernelsOf final : public Kernels {
 #endif
   }
 
+  int copy_engine_clusters_at_once(const TmaPlan& p) const override {
+#if defined(FP8DK_NVIDIA)
+    auto* kernel = copy_engine_kernel<Ab, Out>(p.nt, p.rb, p.qgmma != 0);
+    fp8dk::allow_dynamic_smem(kernel, p.smem_bytes);
+    return fp8dk::max_active_clusters(reinterpret_cast<const void*>(kernel), dim3(p.cluster, 1, 1), tma_threads(p),
+                                      p.smem_bytes);
+#else
+    (void)p;
+    return 0;
+#endif
+  }
+
   bool copy_engine_code() const override {
 #if defined(FP8DK_NVIDIA)
     return fp8dk::launch_detail::ptx_version(reinterpret_cast<const void*>(copy_engine_kernel<Ab, Out>(1, 1, false))) >= 90;

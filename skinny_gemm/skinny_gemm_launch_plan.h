@@ -91,14 +91,17 @@ inline Overrides read_overrides() {
   return o;
 }
 
-// What the plan asks of the compiled portable kernel it picks (template arguments mp and lb): the launcher asks
-// the runtime, the emulator its model of a CU, the host tests a made-up device.
+// What the plan asks of the compiled kernel it picks (the portable kernel's template arguments mp and lb, the
+// copy-engine kernel's plan): the launcher asks the runtime, the emulator its model of a CU, the host tests a
+// made-up device.
 class Occupancy {
  public:
   // CTAs with `smem` bytes of dynamic shared memory that one SM or CU runs at once.
   virtual int ctas_per_sm(int mp, int lb, int smem) const = 0;
   // Clusters of (1, split, 1) such CTAs that the device runs at once (NVIDIA; 0 where the code has none).
   virtual int clusters_at_once(int mp, int lb, int smem, int split) const = 0;
+  // Clusters of p.cluster CTAs of the copy-engine kernel as `p` launches it that the device runs at once.
+  virtual int copy_engine_clusters_at_once(const TmaPlan& p) const = 0;
 
  protected:
   ~Occupancy() = default;
@@ -126,19 +129,34 @@ namespace plan_detail {
 [[noreturn]] inline void reject(const std::string& what) { throw std::invalid_argument("skinny_gemm: " + what); }
 
 // The copy-engine kernel's launch, or false where the portable kernel runs.
-inline bool plan_copy_engine(const Problem& q, const DeviceProps& d, const Overrides& o, LaunchPlan& l) {
+inline bool plan_copy_engine(const Problem& q, const DeviceProps& d, const Overrides& o, const Occupancy& occ,
+                             LaunchPlan& l) {
   if (!o.copy_engine || o.portable_forced()) return false;
   if (q.k == 0 || q.b_align < 16) return false;
   if (d.vendor != Vendor::kNvidia || d.cc_major != 9 || !d.copy_engine_code) return false;
   const int smem_limit = d.smem_per_block - kTmaSmemReserve;
   TmaPlan& p = l.copy_engine;
-  if (!plan_tma(q.m, q.n, q.k, q.elem_bytes, q.ocp_e4m3, q.waits_for_foreign_kernel, d.sms, smem_limit, o.tma,
-                p)) {
+  const auto plan = [&](const TmaOverrides& tma) {
+    return plan_tma(q.m, q.n, q.k, q.elem_bytes, q.ocp_e4m3, q.waits_for_foreign_kernel, d.sms, smem_limit, tma,
+                    p);
+  };
+  if (!plan(o.tma)) {
     if (o.tma.wk || o.tma.rb || o.tma.boxes || o.tma.stages)
       reject("FP8DK_SKINNY_TMA_WK must divide " + std::to_string(kTmaConsumerWarps) +
              ", FP8DK_SKINNY_TMA_BOXES be a multiple of it, FP8DK_SKINNY_TMA_RB be 1 or 2, and the ring hold 2 "
              "stages");
     return false;
+  }
+  // Clusters only where the device runs all of them at once. A GPC holds whole clusters, so an H100 runs 30 of 4
+  // CTAs (120), 22 of 5 (110) and 15 of 8 (120) at one CTA per SM, not 132 / c: grids of 32 tiles x 4 CTAs,
+  // 24 x 5 and 16 x 8 ran their last clusters in a second wave, 1.19-1.32x slower than the same grids without
+  // clusters and slower than torch._scaled_mm (docs/experiments/README.md, item 104). Without clusters the tile's
+  // CTAs meet in the workspace. FP8DK_SKINNY_TMA_CLUSTER=1 keeps them anyway.
+  if (p.cluster > 1 && o.tma.cluster < 0 &&
+      static_cast<long long>(occ.copy_engine_clusters_at_once(p)) * p.cluster < p.ctas) {
+    TmaOverrides unclustered = o.tma;
+    unclustered.cluster = 0;
+    if (!plan(unclustered)) return false;
   }
   p.out_stride = q.out_stride;
   if (q.a_align < 16) return false;
@@ -255,7 +273,7 @@ inline LaunchPlan plan_skinny_gemm(const Problem& q, const DeviceProps& d, const
   if ((d.vendor == Vendor::kAmd) != (kWarpSize == 64))
     throw std::logic_error("skinny_gemm: the plan was compiled for the other vendor's warp size");
   LaunchPlan l;
-  if (plan_detail::plan_copy_engine(q, d, o, l)) return l;
+  if (plan_detail::plan_copy_engine(q, d, o, occ, l)) return l;
   l = LaunchPlan{};
   plan_detail::plan_tiling(q, d, o, l);
   plan_detail::plan_grid(d, o.split_k > 0, occ, l);

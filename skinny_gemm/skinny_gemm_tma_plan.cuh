@@ -94,7 +94,8 @@ struct TmaOverrides {
   int ahead = 0;         // this many stages' weights before the PDL wait, at most the ring (0: the plan's)
   bool ahead_foreign = true;  // false: the window's weights before the wait even for a foreign kernel
   int first = 0;         // this many units requested before the main loop, at most the ring (0: the ring)
-  int cluster = -1;      // 0: never a cluster per tile, 1: wherever the grid is tile-aligned, -1: the plan's rule (1)
+  int cluster = -1;      // 0: never a cluster per tile, 1: wherever the grid is tile-aligned, -1: the plan's rule
+                         // (as 1 here; the launch plan drops clusters the device cannot run all at once)
 };
 
 // Threads of a CTA of plan p.

@@ -168,11 +168,11 @@ def test_env_baseline_sets_its_variable_per_call(monkeypatch):
 # ------------------------------------------------- the measurement tools that only a GPU runs: CI builds them
 
 
-@pytest.mark.parametrize("tool", ["stream_ceiling.cu", "fence_under_flood.cu"])
+@pytest.mark.parametrize("tool", ["stream_ceiling.cu", "fence_under_flood.cu", "cluster_occupancy.cu"])
 def test_cuda_tool_compiles(tmp_path, tool):
-    """benchmarks/stream_ceiling.cu (BENCHMARKS.md's stream ceiling) and fence_under_flood.cu (docs/experiments
-    item 60) run only on an H100/H200; stream_ceiling is built on the kernels' own load, PDL, unpack and MMA
-    headers. Both are compiled here with the command their headers give, so a change that breaks one fails CI
+    """benchmarks/stream_ceiling.cu (BENCHMARKS.md's stream ceiling), fence_under_flood.cu (docs/experiments
+    item 60) and cluster_occupancy.cu (item 104) run only on an H100/H200; stream_ceiling is built on the kernels'
+    own load, PDL, unpack and MMA headers. Each is compiled here for sm_90a, so a change that breaks one fails CI
     instead of the next GPU session."""
     from .test_compile_check import check, require_tools
 

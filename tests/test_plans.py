@@ -29,11 +29,18 @@ sys.path.insert(0, str(REPO / "tools" / "compile_check"))
 import check  # noqa: E402
 
 # vendor (0 NVIDIA, 1 AMD), compute capability major, SMs/CUs, shared memory a block may use (NVIDIA: opt-in),
-# copy-engine code in the build, portable CTAs per SM, CTAs that clusters may hold at once (0: no clusters).
-H100 = (0, 9, 132, 232448, 1, 2, 264)
-DEVICES = {"H100 SXM": H100, "H200": H100, "H100 PCIe": (0, 9, 114, 232448, 1, 2, 228)}
-A100 = (0, 8, 108, 166912, 0, 2, 0)
-MI300X = (1, 0, 304, 65536, 0, 4, 0)
+# copy-engine code in the build, portable CTAs per SM, CTAs that clusters may hold at once (0: no clusters), and
+# the clusters of 2..8 copy-engine CTAs (one per SM) that the device runs at once. An H100 SXM's are measured
+# (cudaOccupancyMaxActiveClusters, session 41: benchmarks/results/nvidia-h100/session41-2026-11-28/clusters/): a
+# GPC holds whole clusters, so not 132 / c. The H200 is taken to be the same chip; the PCIe part's are made up
+# (the SXM's scaled by 114 / 132).
+H100_CLUSTERS = (66, 39, 30, 22, 17, 15, 15)
+NO_CLUSTERS = (0,) * 7
+H100 = (0, 9, 132, 232448, 1, 2, 264, H100_CLUSTERS)
+DEVICES = {"H100 SXM": H100, "H200": H100,
+           "H100 PCIe": (0, 9, 114, 232448, 1, 2, 228, (57, 33, 25, 19, 14, 12, 12))}
+A100 = (0, 8, 108, 166912, 0, 2, 0, NO_CLUSTERS)
+MI300X = (1, 0, 304, 65536, 0, 4, 0, NO_CLUSTERS)
 SMEM_RESERVE = 1024  # of the opt-in limit, kept back for the copy-engine kernel's static shared memory
 SHAPES = [(2304, 16384), (16384, 2048), (13312, 16384), (16384, 6656), (10240, 8192), (8192, 28672), (6144, 4096),
           (28672, 4096), (1, 16), (17, 33), (300, 4176), (13312, 48), (4000, 1003), (129, 64 * 64 + 63)]
@@ -84,7 +91,8 @@ def plan_all(exe: Path, problems: list) -> list:
     for device, m, n, k, eb, a_align, b_align, overrides in problems:
         o = {**NO_OVERRIDES, **overrides}
         waits = o.pop("waits_for_foreign_kernel", 0)
-        lines.append(" ".join(map(str, (*device, m, n, k, eb, a_align, b_align, *o.values(), waits))) + "\n")
+        lines.append(" ".join(map(str, (*device[:7], *device[7], m, n, k, eb, a_align, b_align, *o.values(), waits)))
+                     + "\n")
     out = subprocess.run([str(exe)], input="".join(lines), check=True, capture_output=True,
                          text=True).stdout.splitlines()
     assert len(out) == len(problems)
@@ -273,6 +281,28 @@ def test_cluster_per_tile_where_the_grid_is_tile_aligned(nvidia_planner):
         assert p["kernel"] == "copy_engine" and p["wk"] == wk and p["cluster_x"] == ctas, (wk, m, n, p)
 
 
+def test_clusters_only_where_the_device_runs_them_all(nvidia_planner):
+    """A cluster per tile only where the device runs all the clusters at once (an H100 runs 30 of 4 CTAs and 15 of
+    8): grids of 32 tiles x 4 CTAs, 24 x 5 and 16 x 8 ran their last clusters in a second wave, 1.19-1.32x slower
+    than the same grids meeting in the workspace (session 41). FP8DK_SKINNY_TMA_CLUSTER=1 keeps them anyway."""
+    problems = [(d, m, n, k, eb, 16, 16, {}) for d in DEVICES.values() for n in range(64, 4097, 64)
+                for k in (16384, 32768) for m in (1, 8, 32) for eb in (1, 2)]
+    sizes = set()
+    for (d, m, n, k, eb, *_), p in zip(problems, plan_all(nvidia_planner, problems)):
+        if p["kernel"] == "copy_engine" and p["cluster_x"] > 1:
+            sizes.add(p["cluster_x"])
+            assert d[7][p["cluster_x"] - 2] * p["cluster_x"] >= p["ctas"], (d, m, n, k, eb, p)
+    assert sizes >= {2, 3, 4, 8}, sizes  # the rule keeps every size somewhere
+    for n, forced in ((1024, 8), (1536, 5), (2048, 4)):  # the grids measured in session 41, FP8
+        for m in (1, 32):
+            p = plan_one(nvidia_planner, H100, m, n, 32768)
+            assert p["cluster_x"] == 1 and p["workspace_slices"] == p["contributions"] > 1, p
+            assert p["ctas"] == plan_one(nvidia_planner, H100, m, n, 32768, tma_cluster=0)["ctas"], p
+            assert plan_one(nvidia_planner, H100, m, n, 32768, tma_cluster=1)["cluster_x"] == forced
+    # 24 tiles x 4 CTAs (96 of the 120 the H100 runs in clusters of 4) keep theirs, as does 405B qkv (36 x 3).
+    assert plan_one(nvidia_planner, H100, 1, 1536, 16384)["cluster_x"] == 4
+
+
 def test_window_where_the_first_flood_is_the_stream(nvidia_planner):
     """Two stages in flight where each CTA streams one whole tile that its ring holds at least half of and two
     stages a CTA still keep 8 MiB requested (405B o on 128 CTAs, measured faster in the decode step, session 16),
@@ -333,14 +363,14 @@ KERNEL_CHOICE = [  # (what, device, m, n, k, a_align, b_align, overrides, kernel
     ("rows of a 8 bytes apart", H100, 8, 2304, 16384, 8, 16, {}, "portable"),
     ("K = 0", H100, 8, 2304, 0, 16, 16, {}, "portable"),
     ("pre-Hopper", A100, 8, 2304, 16384, 16, 16, {}, "portable"),
-    ("no sm_90 code in the build", (0, 9, 132, 232448, 0, 2, 264), 8, 2304, 16384, 16, 16, {}, "portable"),
-    ("Blackwell", (0, 10, 148, 232448, 1, 2, 296), 8, 2304, 16384, 16, 16, {}, "portable"),
+    ("no sm_90 code in the build", H100[:4] + (0,) + H100[5:], 8, 2304, 16384, 16, 16, {}, "portable"),
+    ("Blackwell", (0, 10, 148, 232448, 1, 2, 296, NO_CLUSTERS), 8, 2304, 16384, 16, 16, {}, "portable"),
     ("FP8DK_SKINNY_TMA=0", H100, 8, 2304, 16384, 16, 16, {"copy_engine": 0}, "portable"),
     ("FP8DK_SKINNY_BLOCK_N", H100, 8, 2304, 16384, 16, 16, {"block_n": 64}, "portable"),
     ("FP8DK_SKINNY_SPLIT_K", H100, 8, 2304, 16384, 16, 16, {"split_k": 2}, "portable"),
     ("FP8DK_SKINNY_STREAM_K=0", H100, 8, 2304, 16384, 16, 16, {"stream_k": 0}, "portable"),
     ("FP8DK_SKINNY_TMA_WHOLE_TILES=0", H100, 8, 2304, 16384, 16, 16, {"tma_whole_tiles": 0}, "copy_engine"),
-    ("a ring of 2 stages does not fit", (0, 9, 132, 40 * 1024, 1, 2, 264), 32, 2304, 16384, 16, 16, {}, "portable"),
+    ("a ring of 2 stages does not fit", H100[:3] + (40 * 1024,) + H100[4:], 32, 2304, 16384, 16, 16, {}, "portable"),
 ]
 
 
@@ -420,9 +450,9 @@ def test_clusters_shrink_the_split_until_they_all_run(nvidia_planner):
     (the cluster count comes from the occupancy the launcher asks the runtime for)."""
     free = plan_one(nvidia_planner, H100, 8, 2304, 16384, stream_k=0)
     assert free["cluster"] and free["split_k"] <= 8
-    tight = plan_one(nvidia_planner, H100[:6] + (free["tiles"] * 2,), 8, 2304, 16384, stream_k=0)
+    tight = plan_one(nvidia_planner, H100[:6] + (free["tiles"] * 2, H100_CLUSTERS), 8, 2304, 16384, stream_k=0)
     assert tight["cluster"] and tight["split_k"] == 2 and tight["cluster_y"] == 2
-    none = plan_one(nvidia_planner, H100[:6] + (0,), 8, 2304, 16384, stream_k=0)
+    none = plan_one(nvidia_planner, H100[:6] + (0, H100_CLUSTERS), 8, 2304, 16384, stream_k=0)
     assert not none["cluster"] and none["workspace_slices"] == none["split_k"] > 1
 
 

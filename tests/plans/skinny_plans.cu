@@ -2,11 +2,13 @@
 // (skinny_gemm/skinny_gemm_launch_plan.h) as one JSON line, or the error the plan throws. No GPU: nvcc compiles it
 // for NVIDIA, clang (with the AMD emulator's HIP layer) for AMD. A line is
 //   vendor(0 NVIDIA, 1 AMD) cc_major sms smem_per_block copy_engine_code ctas_per_sm cluster_slots
+//   copy_engine_clusters[2..8]
 //   m n k elem_bytes a_align b_align
 //   copy_engine tma_wk tma_rb tma_boxes tma_stages tma_whole_tiles block_n split_k stream_k tma_cluster
 //   tma_ahead tma_ahead_foreign waits_for_foreign_kernel
 // The made-up occupancy: `ctas_per_sm` CTAs of the portable kernel per SM, and clusters of `split` CTAs up to
-// `cluster_slots` CTAs in all (0: no clusters). For the copy-engine kernel the program also walks the persistent
+// `cluster_slots` CTAs in all (0: no clusters); of the copy-engine kernel (one CTA per SM), copy_engine_clusters[c]
+// clusters of c CTAs. For the copy-engine kernel the program also walks the persistent
 // grid's unit ranges exactly as the kernel does: the most CTAs any tile meets, CTAs with no work, units covered.
 // `skinny_plans overrides` prints instead the overrides the launcher reads from this process's environment.
 #include <cstdio>
@@ -19,14 +21,22 @@ using namespace fp8dk::skinny;
 
 namespace {
 
+constexpr int kMostClusterCtas = 8;
+
 class MadeUpOccupancy final : public Occupancy {
  public:
-  MadeUpOccupancy(int ctas_per_sm, int cluster_slots) : ctas_per_sm_(ctas_per_sm), cluster_slots_(cluster_slots) {}
+  MadeUpOccupancy(int ctas_per_sm, int cluster_slots, const int* copy_engine_clusters)
+      : ctas_per_sm_(ctas_per_sm), cluster_slots_(cluster_slots), copy_engine_clusters_(copy_engine_clusters) {}
   int ctas_per_sm(int, int, int) const override { return ctas_per_sm_; }
   int clusters_at_once(int, int, int, int split) const override { return cluster_slots_ / split; }
+  int copy_engine_clusters_at_once(const TmaPlan& p) const override {
+    if (p.cluster < 2 || p.cluster > kMostClusterCtas) throw std::logic_error("no clusters of that size");
+    return copy_engine_clusters_[p.cluster];
+  }
 
  private:
   int ctas_per_sm_, cluster_slots_;
+  const int* copy_engine_clusters_;
 };
 
 void print_copy_engine(const LaunchPlan& l) {
@@ -99,15 +109,24 @@ int print_overrides() {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "overrides") return print_overrides();
   int vendor, copy_engine_code, ctas_per_sm, cluster_slots, copy_engine;
+  int copy_engine_clusters[kMostClusterCtas + 1] = {};
   DeviceProps d;
   Problem q;
   Overrides o;
   int ahead_foreign, waits_for_foreign_kernel;
-  while (std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &vendor,
-                    &d.cc_major, &d.sms, &d.smem_per_block, &copy_engine_code, &ctas_per_sm, &cluster_slots, &q.m,
-                    &q.n, &q.k, &q.elem_bytes, &q.a_align, &q.b_align, &copy_engine, &o.tma.wk, &o.tma.rb,
-                    &o.tma.boxes, &o.tma.stages, &o.tma.whole_tiles, &o.block_n, &o.split_k, &o.stream_k,
-                    &o.tma.cluster, &o.tma.ahead, &ahead_foreign, &waits_for_foreign_kernel) == 26) {
+  auto read_device = [&] {
+    if (std::scanf("%d %d %d %d %d %d %d", &vendor, &d.cc_major, &d.sms, &d.smem_per_block, &copy_engine_code,
+                   &ctas_per_sm, &cluster_slots) != 7)
+      return false;
+    for (int c = 2; c <= kMostClusterCtas; ++c)
+      if (std::scanf("%d", &copy_engine_clusters[c]) != 1) return false;
+    return true;
+  };
+  while (read_device() &&
+         std::scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &q.m, &q.n, &q.k, &q.elem_bytes,
+                    &q.a_align, &q.b_align, &copy_engine, &o.tma.wk, &o.tma.rb, &o.tma.boxes, &o.tma.stages,
+                    &o.tma.whole_tiles, &o.block_n, &o.split_k, &o.stream_k, &o.tma.cluster, &o.tma.ahead,
+                    &ahead_foreign, &waits_for_foreign_kernel) == 19) {
     d.vendor = vendor ? Vendor::kAmd : Vendor::kNvidia;
     d.copy_engine_code = copy_engine_code != 0;
     o.copy_engine = copy_engine != 0;
@@ -118,7 +137,7 @@ int main(int argc, char** argv) {
     q.ocp_e4m3 = q.elem_bytes == 1;  // FP8 problems as OCP e4m3: the copy engine's wgmma plans are planned too
     LaunchPlan l;
     try {
-      l = plan_skinny_gemm(q, d, o, MadeUpOccupancy(ctas_per_sm, cluster_slots));
+      l = plan_skinny_gemm(q, d, o, MadeUpOccupancy(ctas_per_sm, cluster_slots, copy_engine_clusters));
     } catch (const std::invalid_argument& e) {
       std::printf("{\"error\": \"%s\"}\n", e.what());
       continue;

@@ -348,6 +348,7 @@ class EmulatedOccupancy final : public fp8dk::skinny::Occupancy {
     return std::min({int(iarg("occupancy", 4)), g_dev.lds_bytes / std::max(smem + 16, 1), 8});
   }
   int clusters_at_once(int, int, int, int) const override { return 0; }
+  int copy_engine_clusters_at_once(const fp8dk::skinny::TmaPlan&) const override { return 0; }
 };
 
 // The driver arguments split_k, block_n (0: unset) and stream_k as the launcher's environment overrides, read by
