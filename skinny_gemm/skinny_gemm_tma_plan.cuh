@@ -305,7 +305,8 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, bool wa
   // session 32 each peer's rows move in one bulk copy, and since session 33 the meet's first pass adds four
   // floats at a time above 8 tokens (.../session33-2026-11-27/quad-pass-short/): alone 0.4-0.5 us faster than
   // the workspace at 16-32 tokens, the decode step at batch 32 0.15 ms faster. So wherever the grid is aligned.
-  // (Session 34's meet has no pass: 0.4-0.8 us faster again, .../session34-2026-11-27/lean-meet/.)
+  // (Session 34's meet has no pass: 0.4-0.8 us faster again, .../session34-2026-11-27/lean-meet/.) The launch
+  // plan then keeps the clusters only where the device runs them all at once (plan_copy_engine).
   const int per_tile = static_cast<int>(ctas / p.tiles);
   p.cluster = 1;
   p.meet_rows = p.staging_offset = 0;
