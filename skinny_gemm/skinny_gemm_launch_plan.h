@@ -78,6 +78,7 @@ inline Overrides read_overrides() {
   o.tma.stages = positive("FP8DK_SKINNY_TMA_STAGES");
   o.tma.whole_tiles = tristate("FP8DK_SKINNY_TMA_WHOLE_TILES");
   o.tma.qgmma = tristate("FP8DK_SKINNY_TMA_QGMMA");
+  o.tma.qgmma_overlap = tristate("FP8DK_SKINNY_TMA_QGMMA_OVERLAP");
   o.tma.reducers = tristate("FP8DK_SKINNY_TMA_REDUCERS");
   o.tma.ctas = positive("FP8DK_SKINNY_TMA_CTAS");
   o.tma.window = positive("FP8DK_SKINNY_TMA_WINDOW");

@@ -41,6 +41,7 @@ FP8DK_DEVICE uint64_t qgmma_descriptor(uint32_t addr) {
 FP8DK_DEVICE void qgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 FP8DK_DEVICE void qgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 FP8DK_DEVICE void qgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+FP8DK_DEVICE void qgmma_wait_all_but_one() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
 // Keeps the compiler from moving reads of an asynchronous instruction's result registers above the wait.
 FP8DK_DEVICE void qgmma_fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
@@ -86,28 +87,76 @@ FP8DK_DEVICE void qgmma_e4m3<4>(float (&d)[16], uint64_t a, uint64_t b) {
       : "l"(a), "l"(b), "r"(0));
 }
 
-// One warpgroup's share of one box: its 64 weight rows starting at shared address `wrows` (a box row = 128
-// bytes) against the NT * 8 token rows at `abox`, all 4 K steps of the box, added into acc in K order.
+// Half a box: its K steps 2h and 2h + 1 (at `wrows`, `abox`) into registers of their own, as one group.
 template <int NT>
-FP8DK_DEVICE void qgmma_box(float (&acc)[NT][4], uint32_t wrows, uint32_t abox) {
-  constexpr int kSteps = 128 / kQgmmaKBytes;
-  float part[kSteps][NT * 4];
+FP8DK_DEVICE void qgmma_half(float (&part)[2][NT * 4], uint32_t wrows, uint32_t abox) {
   qgmma_fence();
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s)
+  for (int s = 0; s < 2; ++s)
     qgmma_e4m3<NT>(part[s], qgmma_descriptor(wrows + s * kQgmmaKBytes), qgmma_descriptor(abox + s * kQgmmaKBytes));
   qgmma_commit();
-  qgmma_wait_all();
+}
+
+// A landed half's two results added into acc in K order.
+template <int NT>
+FP8DK_DEVICE void qgmma_add_half(float (&acc)[NT][4], float (&part)[2][NT * 4]) {
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s)
+  for (int s = 0; s < 2; ++s)
 #pragma unroll
     for (int r = 0; r < NT * 4; ++r) qgmma_fence_operand(part[s][r]);
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s)
+  for (int s = 0; s < 2; ++s)
 #pragma unroll
     for (int j = 0; j < NT; ++j)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[j][i] += part[s][4 * j + i];
+}
+
+// One warpgroup's share of one box: its 64 weight rows starting at shared address `wrows` (a box row = 128
+// bytes) against the NT * 8 token rows at `abox`, all 4 K steps of the box as one group, added into acc in K
+// order once all 4 have landed.
+template <int NT>
+FP8DK_DEVICE void qgmma_box(float (&acc)[NT][4], uint32_t wrows, uint32_t abox) {
+  constexpr uint32_t kHalfBytes = 2 * kQgmmaKBytes;
+  float lo[2][NT * 4], hi[2][NT * 4];  // the box's K steps 0-1 and 2-3
+  qgmma_fence();
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    qgmma_e4m3<NT>(lo[s], qgmma_descriptor(wrows + s * kQgmmaKBytes), qgmma_descriptor(abox + s * kQgmmaKBytes));
+    qgmma_e4m3<NT>(hi[s], qgmma_descriptor(wrows + kHalfBytes + s * kQgmmaKBytes),
+                   qgmma_descriptor(abox + kHalfBytes + s * kQgmmaKBytes));
+  }
+  qgmma_commit();
+  qgmma_wait_all();
+  qgmma_add_half<NT>(acc, lo);
+  qgmma_add_half<NT>(acc, hi);
+}
+
+// Overlapped boxes. qgmma_box waits for all 4 of a box's instructions before its adds, and the next box's
+// instructions wait for those adds: per box the tensor cores idle through a wait and 16 * NT adds, and after a
+// run's last byte that idling is on the critical path (docs/experiments/README.md, items 107-108). Here a
+// box's instructions go as two halves of 2, and a half's adds wait only for that half, while the tensor cores
+// run the next. The sums are qgmma_box's to the bit: the same instructions into registers of their own, added
+// into acc in the same K order.
+//
+// Two boxes `box_stride` bytes apart (a warpgroup's share of a full stage in every tiling the plan picks for
+// wgmma), straight-line: a wgmma in flight across a branch makes ptxas serialize them all (C7518).
+template <int NT>
+FP8DK_DEVICE void qgmma_two_boxes(float (&acc)[NT][4], uint32_t wrows, uint32_t abox, uint32_t box_stride) {
+  constexpr uint32_t kHalfBytes = 2 * kQgmmaKBytes;
+  float lo[2][NT * 4], hi[2][NT * 4];  // a box's K steps 0-1 and 2-3
+  qgmma_half<NT>(lo, wrows, abox);
+  qgmma_half<NT>(hi, wrows + kHalfBytes, abox + kHalfBytes);
+  qgmma_wait_all_but_one();
+  qgmma_add_half<NT>(acc, lo);
+  qgmma_half<NT>(lo, wrows + box_stride, abox + box_stride);
+  qgmma_wait_all_but_one();
+  qgmma_add_half<NT>(acc, hi);
+  qgmma_half<NT>(hi, wrows + box_stride + kHalfBytes, abox + box_stride + kHalfBytes);
+  qgmma_wait_all_but_one();
+  qgmma_add_half<NT>(acc, lo);
+  qgmma_wait_all();
+  qgmma_add_half<NT>(acc, hi);
 }
 #endif
 

@@ -578,6 +578,7 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
   // ---- consumers
   const int wn = warp % p.wn, wk = warp / p.wn;
   const int row0 = wn * kRowBlock * RB;
+  [[maybe_unused]] const int group_row0 = (wn & ~3) * kRowBlock;  // wgmma: the warpgroup's first of 64 rows
   const uint32_t ring_addr = tma::shared_address(ring);
   const int box_bytes = p.weight_box_bytes + p.act_box_bytes;
   int stage = 0;
@@ -601,12 +602,22 @@ __global__ void __launch_bounds__(kTmaThreads, 1)
 #if defined(FP8DK_DIAG_TIMELINE)
       if (threadIdx.x == 0 && diag_t[2] == 0) FP8DK_DIAG_MARK(2);
 #endif
-      for (int box = wk; box < p.boxes && (kb * p.boxes + box) * p.box_elems < p.k; box += p.wk) {
+      // wgmma on a full stage whose two boxes per warpgroup overlap (p.qgmma_overlap), else box by box.
+      bool overlapped = false;
+      if constexpr (kQgmma) {
+#if defined(FP8DK_QGMMA)
+        overlapped = p.qgmma_overlap && (kb + 1) * p.boxes * p.box_elems < p.k + p.box_elems;
+        if (overlapped) {
+          const uint32_t wbox = ring_addr + stage * p.stage_bytes + wk * box_bytes;
+          qgmma_two_boxes<NT>(acc[0], wbox + group_row0 * kTmaBoxBytes, wbox + p.weight_box_bytes, p.wk * box_bytes);
+        }
+#endif
+      }
+      for (int box = wk; !overlapped && box < p.boxes && (kb * p.boxes + box) * p.box_elems < p.k; box += p.wk) {
         const uint32_t wbox = ring_addr + stage * p.stage_bytes + box * box_bytes;
         if constexpr (kQgmma) {
 #if defined(FP8DK_QGMMA)
           static_assert(RB == 1 && std::is_same_v<Ab, E4m3fn>, "wgmma: OCP e4m3, one row block per warp");
-          const int group_row0 = (wn & ~3) * kRowBlock;  // the warpgroup's first of 64 rows
           qgmma_box<NT>(acc[0], wbox + group_row0 * kTmaBoxBytes, wbox + p.weight_box_bytes);
 #else
           __trap();

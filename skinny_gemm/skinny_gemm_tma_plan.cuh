@@ -73,6 +73,8 @@ struct TmaPlan {
   int dp_rounds;         // then each CTA g computes tiles sk_tiles + g + j * ctas, j < dp_rounds, alone
   int contributions;     // most CTAs one tile meets (1: every tile computed by one CTA, no workspace)
   int qgmma;             // 1: warpgroups multiply with wgmma (skinny_gemm_qgmma.cuh), 0: warps with mma.sync
+  int qgmma_overlap;     // qgmma: 1 where a warpgroup's share of a full stage is two boxes, overlap their
+                         // instructions with the adds (qgmma_two_boxes); 0 box by box (qgmma_box)
   int reducers;          // 1: reducer warps take each finished run's partial sums (threads kTmaThreads); 0: the
                          // consumers reduce each run themselves before the next (kTmaThreads - the reducers')
   int cluster;           // > 1: a tile-aligned grid whose tiles' `cluster` CTAs form a thread-block cluster and
@@ -88,6 +90,7 @@ struct TmaOverrides {
   int whole_tiles = -1;  // 1: one CTA per tile whenever the tiles fit in one wave, and whole tiles last at any
                          // token count; 0: never (every tile shared by stream-K); -1: the plan's rule
   int qgmma = -1;        // 1: wgmma (OCP e4m3 only), 0: mma.sync, -1: the plan's choice
+  int qgmma_overlap = -1;  // 0: wgmma box by box (the per-box wait before session 42), else overlapped wherever it can
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
   int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
   int window = 0;        // at most this many stages in flight (0: the ring's)
@@ -173,6 +176,10 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, bool wa
   if ((p.rb != 1 && p.rb != 2) || kTmaConsumerWarps % p.wk != 0 || p.boxes % p.wk != 0) return false;
   // A wgmma warpgroup is 4 warps along N of one row block each: tilings forced otherwise keep mma.sync.
   if (p.rb != 1 || p.wk > 2) p.qgmma = 0;
+  // A run's last stages are multiplied after the last byte: 0.7-1.4 us of every GEMM on an H100, 3 us of 405B
+  // gate_up at 32 tokens. Overlapped, their boxes keep the tensor cores busy through the adds
+  // (qgmma_two_boxes; docs/experiments/README.md, items 107-108).
+  p.qgmma_overlap = p.qgmma && p.boxes == 2 * p.wk && o.qgmma_overlap != 0 ? 1 : 0;
   p.wn = kTmaConsumerWarps / p.wk;
   p.block_n = p.wn * kRowBlock * p.rb;
   p.tiles = ceil_div(n, p.block_n);

@@ -174,6 +174,8 @@ def test_copy_engine_plans_legal(copy_engine_plans):
         assert p["qgmma"] == (eb == 1 and m > 8), where
         if p["qgmma"]:
             assert p["rb"] == 1 and p["wn"] in (4, 8), where
+        # A warpgroup's share of a stage is two boxes in every wgmma tiling the plan picks: all overlapped.
+        assert p["qgmma_overlap"] == p["qgmma"] and (not p["qgmma"] or p["boxes"] == 2 * p["wk"]), where
 
 
 def test_decode_shapes_fill_the_gpu(copy_engine_plans):

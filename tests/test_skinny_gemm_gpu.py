@@ -204,6 +204,22 @@ def test_qgmma_only_for_ocp_e4m3(kernel, monkeypatch, gemm_path, dtype):
     assert not any(", true>" in x for x in names), names
 
 
+@pytest.mark.parametrize("m", (9, 17, 32))
+@pytest.mark.parametrize("n,k", [(2304, 16384), (16384, 2048), (13312, 4096 + 80), (300, 1152)])
+def test_qgmma_overlap_bitwise_as_box_by_box(kernel, monkeypatch, gemm_path, n, k, m):
+    """The wgmma consumer's overlapped boxes (qgmma_two_boxes: a warpgroup's two boxes of a full stage, the
+    default) sum to the bit what box by box does (FP8DK_SKINNY_TMA_QGMMA_OVERLAP=0), on the plan's tilings of
+    64 and 128 rows and on K with a partial last stage (taken box by box either way)."""
+    if not is_hopper() or gemm_path != "qgmma":
+        pytest.skip("the wgmma pass on Hopper")
+    a, b, sa, sb, bias, out_dtype = operands(m, n, k, torch.float8_e4m3fn, bias=True)
+    overlapped = run(kernel, a, b, sa, sb, bias, out_dtype)
+    monkeypatch.setenv("FP8DK_SKINNY_TMA_QGMMA_OVERLAP", "0")
+    box_by_box = run(kernel, a, b, sa, sb, bias, out_dtype)
+    assert_bitwise_equal(overlapped, box_by_box, "overlapped boxes against box by box")
+    assert_gemm_close(overlapped, a, b, sa, sb, bias, kernel.reference)
+
+
 @pytest.mark.parametrize("m", (1, 8, 16, 24, 32))
 @pytest.mark.parametrize("n,k", [(2304, 16384), (16384, 6656), (256, 4096), (1024, 48)])
 @OUT16

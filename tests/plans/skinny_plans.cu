@@ -72,12 +72,12 @@ void print_copy_engine(const LaunchPlan& l) {
       "\"act_box_bytes\": %d, \"red_pitch\": %d, \"barrier_offset\": %d, \"smem_bytes\": %d, \"ctas\": %d, "
       "\"sk_tiles\": %d, \"dp_rounds\": %d, \"contributions\": %d, \"most_contributions\": %d, "
       "\"empty_ctas\": %d, \"empty_sk_ctas\": %d, \"formula_mismatches\": %d, \"covered_units\": %lld, "
-      "\"units\": %lld, \"a_map_stride_bytes\": %lld, \"qgmma\": %d, \"window\": %d, \"ahead\": %d, "
-      "\"first_units\": %d, \"meet_rows\": %d, \"staging_offset\": %d",
+      "\"units\": %lld, \"a_map_stride_bytes\": %lld, \"qgmma\": %d, \"qgmma_overlap\": %d, \"window\": %d, "
+      "\"ahead\": %d, \"first_units\": %d, \"meet_rows\": %d, \"staging_offset\": %d",
       p.nt, p.rb, p.wn, p.wk, p.block_n, p.tiles, p.boxes, p.k_blocks, p.box_elems, p.stages, p.stage_bytes,
       p.weight_box_bytes, p.act_box_bytes, p.red_pitch, p.barrier_offset, p.smem_bytes, p.ctas, p.sk_tiles,
       p.dp_rounds, p.contributions, most, empty_ctas, empty_sk_ctas, formula_mismatches, covered, units,
-      l.a_map_stride_bytes, p.qgmma, p.window, p.ahead, p.first_units, p.meet_rows, p.staging_offset);
+      l.a_map_stride_bytes, p.qgmma, p.qgmma_overlap, p.window, p.ahead, p.first_units, p.meet_rows, p.staging_offset);
 }
 
 void print_portable(const LaunchPlan& l) {
