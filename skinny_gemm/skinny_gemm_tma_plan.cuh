@@ -90,7 +90,7 @@ struct TmaOverrides {
   int whole_tiles = -1;  // 1: one CTA per tile whenever the tiles fit in one wave, and whole tiles last at any
                          // token count; 0: never (every tile shared by stream-K); -1: the plan's rule
   int qgmma = -1;        // 1: wgmma (OCP e4m3 only), 0: mma.sync, -1: the plan's choice
-  int qgmma_overlap = -1;  // 0: wgmma box by box (the per-box wait before session 42), else overlapped wherever it can
+  int qgmma_overlap = -1;  // 0: wgmma box by box (the per-box wait before session 43), else overlapped wherever it can
   int reducers = -1;     // 1: reducer warps, 0: none, -1: the plan's choice
   int ctas = 0;          // this many CTAs, at most one per SM and one unit each (0: the plan's)
   int window = 0;        // at most this many stages in flight (0: the ring's)
@@ -178,7 +178,8 @@ inline bool plan_tma(int m, int n, int k, int elem_bytes, bool ocp_e4m3, bool wa
   if (p.rb != 1 || p.wk > 2) p.qgmma = 0;
   // A run's last stages are multiplied after the last byte: 0.7-1.4 us of every GEMM on an H100, 3 us of 405B
   // gate_up at 32 tokens. Overlapped, their boxes keep the tensor cores busy through the adds
-  // (qgmma_two_boxes; docs/experiments/README.md, items 107-108).
+  // (qgmma_two_boxes): up to 0.4 us a GEMM at 16-32 tokens, 0.18 ms a decode step at batch 32
+  // (docs/experiments/README.md, items 107-109).
   p.qgmma_overlap = p.qgmma && p.boxes == 2 * p.wk && o.qgmma_overlap != 0 ? 1 : 0;
   p.wn = kTmaConsumerWarps / p.wk;
   p.block_n = p.wn * kRowBlock * p.rb;
