@@ -1,6 +1,7 @@
 """Machine-code and hipify checks (tools/compile_check), run as tests.
 
-* test_machine_code: every `<kernel>/machine_code.toml` x target (gfx942, sm_90a, gfx950) compiled and checked.
+* test_machine_code: every `<kernel>/machine_code.toml` x target (gfx942, sm_90a, gfx950) compiled and checked,
+  and docs/MACHINE_CODE.md's section of it compared with what the same compiler makes now.
 * test_hipify_rocm_sources: torch's hipify over the .cu of build.toml's rocm kernels leaves no CUDA API.
 * the rest tests the harness itself, including on small synthetic kernels that must pass and must fail.
 
@@ -22,6 +23,8 @@ import check  # noqa: E402
 import hipify_check  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+MACHINE_CODE_PAGE = REPO / "docs" / "MACHINE_CODE.md"
+REGENERATE = "regenerate it: python tools/compile_check/check.py report --markdown > docs/MACHINE_CODE.md"
 
 
 def require_tools(target: str) -> None:
@@ -60,6 +63,15 @@ def test_machine_code(kernel, target):
     if problems:
         pytest.fail(f"{kernel} on {target} ({spec.spec_path.relative_to(REPO)}):\n- " + "\n- ".join(problems),
                     pytrace=False)
+    # The committed page must show this machine code, wherever it was made by the same compiler (another
+    # compiler's counts may differ; then the page is not judged here).
+    result.compiler = check.compiler_name(target)
+    committed = check.page_section(MACHINE_CODE_PAGE.read_text(), kernel, target)
+    assert committed is not None, f"docs/MACHINE_CODE.md has no {kernel} / {target} section; {REGENERATE}"
+    if f"_{result.compiler}_" in committed:
+        fresh = check.report_table(spec, result, problems)
+        assert [line for line in committed if line] == [line for line in fresh if line], \
+            f"docs/MACHINE_CODE.md's {kernel} / {target} section is stale; {REGENERATE}"
 
 
 def test_hipify_rocm_sources():
@@ -74,6 +86,14 @@ def test_hipify_rocm_sources():
 
 
 # ----------------------------------------------------------------------------------------------- harness units
+
+
+def test_page_section():
+    page = "# t\n\n## k\n\n### k — gfx942\n\n_clang_\n\nrow\n\n### k — sm_90a\n\nx\n## m\n### m — sm_90a\ny\n"
+    assert check.page_section(page, "k", "gfx942") == ["### k — gfx942", "", "_clang_", "", "row", ""]
+    assert check.page_section(page, "k", "sm_90a") == ["### k — sm_90a", "", "x"]
+    assert check.page_section(page, "m", "sm_90a") == ["### m — sm_90a", "y"]
+    assert check.page_section(page, "m", "gfx942") is None
 
 
 @pytest.mark.parametrize("pattern,mnemonic,expected", [

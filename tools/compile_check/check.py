@@ -773,6 +773,17 @@ What each column means and how expectations are written: tools/compile_check/REA
 """
 
 
+def page_section(page: str, kernel: str, target: str) -> list[str] | None:
+    """The lines of docs/MACHINE_CODE.md's `kernel` x `target` section (report_table's form), None if absent."""
+    lines = page.splitlines()
+    title = f"### {kernel} — {target}"
+    if title not in lines:
+        return None
+    start = lines.index(title)
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(("## ", "### "))), len(lines))
+    return lines[start:end]
+
+
 def render_report(specs: list[KernelSpec], results: list[TargetResult], markdown_page: bool) -> str:
     by_key = {(r.kernel, r.target): r for r in results}
     lines = [DOC_HEADER] if markdown_page else []
