@@ -728,9 +728,13 @@ def _row(cells: list[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
+def section_title(kernel: str, target: str) -> str:
+    return f"### {kernel} — {target}"
+
+
 def report_table(spec: KernelSpec, result: TargetResult, problems: list[str]) -> list[str]:
     """Markdown for one kernel x target: a row per function, then the TU totals and the verdict."""
-    title = f"### {spec.name} — {result.target}"
+    title = section_title(spec.name, result.target)
     if result.skipped:
         return [title, "", f"_skipped: {result.skipped}_", ""]
     if result.error:
@@ -776,7 +780,7 @@ What each column means and how expectations are written: tools/compile_check/REA
 def page_section(page: str, kernel: str, target: str) -> list[str] | None:
     """The lines of docs/MACHINE_CODE.md's `kernel` x `target` section (report_table's form), None if absent."""
     lines = page.splitlines()
-    title = f"### {kernel} — {target}"
+    title = section_title(kernel, target)
     if title not in lines:
         return None
     start = lines.index(title)
